@@ -1,0 +1,201 @@
+"""Compile the whole model with the best schedules found, export it, time it, and check it.
+
+The compiled model is a shared library that plain TVM loads (``tvm.runtime.load_module`` +
+``relax.VirtualMachine``): no dynatune needed to run it. Its outputs are compared with ONNX Runtime on
+the same random input: max absolute error and relative error max|tvm - ort| / max|ort| (float32 outputs
+fail above ``rel_tol``, 1e-4 by default). Every report also carries the untuned TVM latency and ONNX
+Runtime's latency with the same thread count, so a run always says where it stands.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .errors import DynatuneError
+from .tasks import backend_passes, fuse_passes
+
+
+@dataclass
+class VerifyResult:
+    max_abs_err: float
+    max_rel_err: float
+    ok: bool
+    outputs: int
+
+
+@dataclass
+class CompileReport:
+    artifact: str
+    latency_ms: float
+    latency_std_ms: float
+    untuned_latency_ms: float | None
+    onnxruntime_latency_ms: float | None
+    max_abs_err: float
+    max_rel_err: float
+    numerics_ok: bool
+    threads: int
+    compile_s: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def build(model, target, database=None):
+    """Relax executable for ``model``: tuned functions from ``database``, the rest default-scheduled."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import pipeline as rp
+    from tvm.relax.transform import MetaScheduleApplyDatabase
+
+    is_gpu = rp.BackendDispatcher.is_gpu_target(target)
+
+    @tvm.transform.module_pass(opt_level=3)
+    def pipeline(mod, _ctx):
+        mod = tvm.transform.Sequential(fuse_passes(target))(mod)
+        if database is not None:
+            mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        if is_gpu:
+            from tvm.s_tir import dlight as dl
+
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+        return tvm.transform.Sequential(backend_passes(target, "dataflow_lower_passes")
+                                        + backend_passes(target, "finalize_passes"))(mod)
+
+    import contextlib
+
+    mod = model.bound_module()
+    with target, database if database is not None else contextlib.nullcontext(), \
+            tvm.transform.PassContext(opt_level=3):
+        return relax.build(mod, target=target, relax_pipeline=pipeline)
+
+
+def export(executable, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp.so"
+    executable.export_library(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: str, device):
+    """What a user of the artifact does: plain TVM, no dynatune."""
+    import tvm
+    from tvm import relax
+
+    return relax.VirtualMachine(tvm.runtime.load_module(path), device)
+
+
+def run(vm, model, inputs: dict[str, np.ndarray], device) -> list[np.ndarray]:
+    import tvm
+
+    args = [tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs]
+    out = vm["main"](*args)
+    return [o.numpy() for o in _flatten(out)]
+
+
+def _flatten(out):
+    import tvm
+
+    if isinstance(out, (list, tuple)) or hasattr(out, "__len__") and not isinstance(out, tvm.runtime.Tensor):
+        res = []
+        for o in out:
+            res.extend(_flatten(o))
+        return res
+    return [out]
+
+
+def time_vm(vm, model, inputs, device, repeat: int = 10, min_repeat_ms: int = 200) -> tuple[float, float]:
+    """(mean, std) end-to-end latency in ms."""
+    import tvm
+
+    args = [tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs]
+    vm.set_input("main", *args)
+    f = vm.time_evaluator("invoke_stateful", device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    res = f("main")
+    vals = np.array(res.results) * 1e3
+    return float(vals.mean()), float(vals.std())
+
+
+def onnxruntime_outputs(model, inputs, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess, sess.run(None, inputs)
+
+
+def time_onnxruntime(sess, inputs, repeat: int = 10, min_repeat_ms: int = 200) -> float:
+    sess.run(None, inputs)
+    times = []
+    for _ in range(repeat):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            sess.run(None, inputs)
+            n += 1
+            el = time.perf_counter() - t0
+            if el * 1e3 >= min_repeat_ms:
+                break
+        times.append(el / n * 1e3)
+    return float(np.mean(times))
+
+
+def compare(outputs, reference, rel_tol: float = 1e-4) -> VerifyResult:
+    if len(outputs) != len(reference):
+        raise DynatuneError(f"compiled model has {len(outputs)} outputs, ONNX Runtime {len(reference)}")
+    max_abs, max_rel, ok = 0.0, 0.0, True
+    for o, r in zip(outputs, reference):
+        r = np.asarray(r)
+        o = np.asarray(o).reshape(r.shape)
+        if r.dtype.kind in "fc":
+            diff = float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if r.size else 0.0
+            scale = float(np.max(np.abs(r))) if r.size else 0.0
+            rel = diff / scale if scale > 0 else diff
+            max_abs, max_rel = max(max_abs, diff), max(max_rel, rel)
+            if r.dtype == np.float32 and rel > rel_tol:
+                ok = False
+        elif not np.array_equal(o, r):
+            ok = False
+            max_rel = max(max_rel, 1.0)
+    return VerifyResult(max_abs, max_rel, ok, len(reference))
+
+
+def compile_and_verify(model, target, database, artifact_path: str, *, threads: int, rel_tol: float = 1e-4,
+                       measure_untuned: bool = True, measure_onnxruntime: bool = True, seed: int = 0,
+                       repeat: int = 10) -> CompileReport:
+    import tvm
+
+    from .target import target_device
+
+    t0 = time.perf_counter()
+    ex = build(model, target, database)
+    export(ex, artifact_path)
+    compile_s = time.perf_counter() - t0
+    dev = tvm.device(target_device(target), 0)
+    vm = load(artifact_path, dev)
+    inputs = model.random_inputs(seed)
+    outs = run(vm, model, inputs, dev)
+    sess, ref = onnxruntime_outputs(model, inputs, threads)
+    check = compare(outs, ref, rel_tol)
+    lat, std = time_vm(vm, model, inputs, dev, repeat=repeat)
+    untuned = None
+    if measure_untuned:
+        vm0 = relax_vm(build(model, target, None), dev)
+        untuned = time_vm(vm0, model, inputs, dev, repeat=max(3, repeat // 3))[0]
+    ort_ms = time_onnxruntime(sess, inputs, repeat=repeat) if measure_onnxruntime else None
+    return CompileReport(artifact=os.path.abspath(artifact_path), latency_ms=lat, latency_std_ms=std,
+                         untuned_latency_ms=untuned, onnxruntime_latency_ms=ort_ms,
+                         max_abs_err=check.max_abs_err, max_rel_err=check.max_rel_err, numerics_ok=check.ok,
+                         threads=threads, compile_s=compile_s)
+
+
+def relax_vm(executable, device):
+    from tvm import relax
+
+    return relax.VirtualMachine(executable, device)

@@ -1,0 +1,187 @@
+"""Measuring candidates: a fixed protocol, or AdaTune's adaptive one.
+
+Fixed: ``repeat`` repeats of at least ``min_repeat_ms`` each, every candidate alike.
+
+Adaptive (AdaTune): repeats run in small batches; after ``min_repeats`` the evaluator stops as soon as
+the 95% Student-t confidence interval of the mean is narrower than ``rel_tol`` of the mean (settled), or
+its lower bound is above ``race_factor`` x the task's incumbent latency (raced out: clearly slower, so
+further precision is wasted). Repeats are capped at ``max_repeats``. Outliers (beyond 3 scaled MADs of
+the median, e.g. a batch hit by a context switch) are trimmed before every decision. The evaluator runs
+inside MetaSchedule's runner worker (local or RPC); why it stopped is recomputed from the returned
+timings with :func:`stop_reason`, so nothing beyond the timings has to cross the process boundary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+
+@dataclass
+class MeasureConfig:
+    adaptive: bool = False
+    repeat: int = 5  # fixed protocol
+    min_repeat_ms: int = 10  # each repeat loops the kernel for at least this long
+    number: int = 1
+    min_repeats: int = 3  # adaptive protocol
+    max_repeats_adaptive: int = 10
+    batch: int = 2
+    rel_tol: float = 0.02
+    race_factor: float = 1.5
+    timeout_s: float = 30.0
+    cpu_cache_flush: bool = False
+    rpc: dict | None = None  # {tracker_host, tracker_port, tracker_key, ...}: measure on a device farm
+
+    @property
+    def max_repeats(self) -> int:
+        return self.max_repeats_adaptive if self.adaptive else self.repeat
+
+
+# -- statistics (pure functions, unit-tested on synthetic timings) ----------------------------------
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t95(df: int) -> float:
+    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom."""
+    if df <= 0:
+        return math.inf
+    for k in sorted(_T95):
+        if df <= k:
+            return _T95[k]
+    return 1.96
+
+
+def trim_outliers(xs) -> list[float]:
+    xs = [float(x) for x in xs]
+    if len(xs) < 4:
+        return xs
+    med = float(np.median(xs))
+    mad = float(np.median([abs(x - med) for x in xs])) * 1.4826
+    if mad == 0:
+        return xs
+    kept = [x for x in xs if abs(x - med) <= 3 * mad]
+    return kept if len(kept) >= 2 else xs
+
+
+def interval(xs) -> tuple[float, float]:
+    """(mean, half-width of the 95% confidence interval) after trimming outliers."""
+    xs = trim_outliers(xs)
+    n = len(xs)
+    mean = sum(xs) / n
+    if n < 2:
+        return mean, math.inf
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    return mean, t95(n - 1) * sd / math.sqrt(n)
+
+
+def stop_reason(xs, min_repeats: int, max_repeats: int, rel_tol: float, race_factor: float,
+                incumbent: float | None) -> str | None:
+    """Why an adaptive measurement of timings ``xs`` should stop now, or None to keep measuring."""
+    n = len(xs)
+    if n >= min_repeats:
+        mean, half = interval(xs)
+        if mean > 0 and half / mean <= rel_tol:
+            return "settled"
+        if incumbent and incumbent > 0 and mean - half > race_factor * incumbent:
+            return "raced"
+    if n >= max_repeats:
+        return "max_repeats"
+    return None
+
+
+def adaptive_repeats(measure_batch, min_repeats: int, max_repeats: int, batch: int, rel_tol: float,
+                     race_factor: float, incumbent: float | None) -> list[float]:
+    """Call ``measure_batch(k)`` (returns k timings) until :func:`stop_reason` says stop."""
+    xs: list[float] = []
+    while True:
+        need = min_repeats - len(xs) if len(xs) < min_repeats else batch
+        need = max(1, min(need, max_repeats - len(xs)))
+        xs.extend(float(x) for x in measure_batch(need))
+        if stop_reason(xs, min_repeats, max_repeats, rel_tol, race_factor, incumbent):
+            return xs
+
+
+# -- runner-side evaluators ---------------------------------------------------------------------
+def adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, *, min_repeats, max_repeats,
+                       batch, rel_tol, race_factor, incumbent):
+    """``f_run_evaluator`` for MetaSchedule runners (runs in the runner worker)."""
+    import os
+
+    if os.environ.get("DYNATUNE_FAULT_RUN") == "crash":
+        os._exit(3)  # simulate a runner crash (tests)
+    if os.environ.get("DYNATUNE_FAULT_RUN") == "hang":
+        import time
+
+        time.sleep(3600)
+    evaluators = {}
+
+    def measure_batch(k):
+        if k not in evaluators:
+            evaluators[k] = rt_mod.time_evaluator(
+                func_name=rt_mod.entry_name, dev=device, number=evaluator_config.number, repeat=k,
+                min_repeat_ms=evaluator_config.min_repeat_ms,
+                f_preproc="cache_flush_cpu_non_first_arg" if evaluator_config.enable_cpu_cache_flush else "")
+        out = []
+        for args in repeated_args:
+            device.sync()
+            out.extend(evaluators[k](*args).results)
+        return out
+
+    return adaptive_repeats(measure_batch, min_repeats, max_repeats, batch, rel_tol, race_factor, incumbent)
+
+
+def evaluator_for(cfg: MeasureConfig, incumbent: float | None):
+    if cfg.adaptive:
+        return partial(adaptive_evaluator, min_repeats=cfg.min_repeats, max_repeats=cfg.max_repeats_adaptive,
+                       batch=cfg.batch, rel_tol=cfg.rel_tol, race_factor=cfg.race_factor,
+                       incumbent=incumbent if incumbent and math.isfinite(incumbent) else None)
+    # the fixed protocol is the adaptive one that never settles early: exactly `repeat` repeats
+    return partial(adaptive_evaluator, min_repeats=cfg.repeat, max_repeats=cfg.repeat, batch=cfg.repeat,
+                   rel_tol=-1.0, race_factor=math.inf, incumbent=None)
+
+
+class Runner:
+    """A MetaSchedule runner (local, or RPC to a device farm) with the configured protocol."""
+
+    def __init__(self, cfg: MeasureConfig, target):
+        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
+
+        self.cfg = cfg
+        self.evaluator_config = EvaluatorConfig(number=cfg.number, repeat=1, min_repeat_ms=cfg.min_repeat_ms,
+                                                enable_cpu_cache_flush=cfg.cpu_cache_flush)
+        f = evaluator_for(cfg, None)
+        if cfg.rpc:
+            rpc = RPCConfig(tracker_host=cfg.rpc["tracker_host"], tracker_port=int(cfg.rpc["tracker_port"]),
+                            tracker_key=cfg.rpc["tracker_key"],
+                            session_timeout_sec=int(cfg.rpc.get("session_timeout_s", max(10, cfg.timeout_s))))
+            self.inner = RPCRunner(rpc_config=rpc, evaluator_config=self.evaluator_config,
+                                   max_workers=int(cfg.rpc.get("max_workers", 1)), f_run_evaluator=f)
+        else:
+            self.inner = LocalRunner(timeout_sec=cfg.timeout_s, evaluator_config=self.evaluator_config,
+                                     f_run_evaluator=f)
+
+    def set_incumbent(self, incumbent_s: float | None) -> None:
+        """Racing compares each candidate with the task's best latency so far."""
+        if self.cfg.adaptive:
+            self.inner.f_run_evaluator = evaluator_for(self.cfg, incumbent_s)
+
+    def run(self, runner_inputs):
+        if not runner_inputs:
+            return []
+        return self.inner.run(runner_inputs)
+
+    def close(self) -> None:
+        pool = getattr(self.inner, "pool", None)
+        if pool is not None:
+            try:
+                pool.shutdown(wait=False)
+            except Exception:
+                pass
+
+
+def make_runner(cfg: MeasureConfig, target) -> Runner:
+    return Runner(cfg, target)

@@ -1,0 +1,344 @@
+"""The incremental tuning session: tune task k for one slot, stop, and go on later where it stopped.
+
+One :class:`TuningSession` per model run. It keeps, between slots:
+
+- each task's MetaSchedule search state (a ``TuneContext`` with an evolutionary search, pre-tuned once);
+- one cost model shared by all tasks (saved to disk after every slot, reloaded by the next process);
+- the durable tuning database (:mod:`dynatune.database`), so a later slot, or a later process, starts
+  from every record measured so far;
+- ``session.json``: each task's untuned latency (measured once), tuning seconds and trials spent, and its
+  history of best latency after every slot (what the belief model learns from).
+
+One-off costs are paid once per process, never per round: TVM's ``tensor_intrin`` import, the builder
+and runner worker pools (kept alive, see :mod:`dynatune.builder`), and the cost model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+from .builder import PersistentBuilder, remove_artifact
+from .database import FAILED, TuningDatabase, mean_secs
+from .measure import MeasureConfig, make_runner
+from .target import target_device
+from .tasks import Task
+
+
+@dataclass
+class SearchConfig:
+    """Evolutionary-search settings sized for small budgets on few cores."""
+
+    trials_per_iter: int = 16
+    population_size: int = 128
+    init_measured_ratio: float = 0.2
+    init_min_unmeasured: int = 32
+    genetic_num_iters: int = 2
+    genetic_mutate_prob: float = 0.85
+    eps_greedy: float = 0.05
+    max_trials_per_task: int = 10_000
+    cost_model: str = "xgb"  # "xgb" | "ensemble" (AdaTune) | "random"
+    seed: int = 0
+    build_timeout_s: float = 60.0
+
+
+@dataclass
+class RoundResult:
+    """What one slot of tuning one task did."""
+
+    task: int
+    task_name: str
+    trials: int = 0
+    build_errors: int = 0
+    run_errors: int = 0
+    best_before_s: float = math.inf
+    best_after_s: float = math.inf
+    wall_s: float = 0.0
+    search_s: float = 0.0
+    build_s: float = 0.0
+    measure_s: float = 0.0
+    exhausted: bool = False
+    repeats: int = 0  # measurement repeats actually run
+    repeats_saved: int = 0  # repeats the adaptive evaluator did not need, vs. its maximum
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["errors"] = self.errors[:5]
+        return d
+
+
+@dataclass
+class TaskState:
+    seconds: float = 0.0
+    trials: int = 0
+    errors: int = 0
+    default_s: float | None = None
+    history: list = field(default_factory=list)  # [seconds, trials, best_s] after each slot
+    exhausted: bool = False
+    note: str = ""
+
+
+class TuningSession:
+    def __init__(self, tasks: list[Task], target, work_dir: str, *, search: SearchConfig | None = None,
+                 measure: MeasureConfig | None = None, num_workers: int | None = None):
+        from .target import usable_cores
+
+        self.tasks = tasks
+        self.target = target
+        self.work_dir = work_dir
+        self.search = search or SearchConfig()
+        self.measure = measure or MeasureConfig()
+        os.makedirs(work_dir, exist_ok=True)
+        self.db = TuningDatabase(os.path.join(work_dir, "db"))
+        self.state_path = os.path.join(work_dir, "session.json")
+        self.cost_model_path = os.path.join(work_dir, "cost_model")
+        self.states: dict[str, TaskState] = {t.key: TaskState() for t in tasks}
+        self._load_state()
+        self.builder = PersistentBuilder(num_workers or usable_cores(), timeout_sec=self.search.build_timeout_s,
+                                         artifact_dir=os.path.join(work_dir, "tmp-build-" + str(os.getpid())))
+        self.runner = make_runner(self.measure, target)
+        self.cost_model = self._make_cost_model()
+        self._contexts: dict[int, object] = {}
+
+    # -- persistence -----------------------------------------------------------------------------
+    def _load_state(self) -> None:
+        if not os.path.exists(self.state_path):
+            return
+        with open(self.state_path) as f:
+            raw = json.load(f)
+        for key, st in raw.get("tasks", {}).items():
+            if key in self.states:
+                self.states[key] = TaskState(**st)
+
+    def save_state(self) -> None:
+        atomic_write_json(self.state_path, {"tasks": {k: asdict(v) for k, v in self.states.items()}})
+        if self.cost_model is not None and hasattr(self.cost_model, "save") and self._cost_model_trained():
+            tmp = self.cost_model_path + ".tmp"
+            self.cost_model.save(tmp)
+            os.replace(tmp, self.cost_model_path)
+
+    def _cost_model_trained(self) -> bool:
+        return getattr(self.cost_model, "data_size", 0) > 0
+
+    def _make_cost_model(self):
+        from .costmodel import make_cost_model
+
+        cm = make_cost_model(self.search.cost_model, self.search.seed)
+        if os.path.exists(self.cost_model_path) and hasattr(cm, "load"):
+            try:
+                cm.load(self.cost_model_path)
+            except Exception:  # a stale or foreign file: retrain from scratch
+                cm = make_cost_model(self.search.cost_model, self.search.seed)
+        return cm
+
+    # -- queries ---------------------------------------------------------------------------------
+    def state(self, i: int) -> TaskState:
+        return self.states[self.tasks[i].key]
+
+    def best_latency(self, i: int) -> float:
+        """Best known latency of task i in seconds: tuned or default, whichever is lower."""
+        t = self.tasks[i]
+        d = self.states[t.key].default_s
+        return min(self.db.best_latency(t.key), d if d is not None else math.inf)
+
+    def estimated_latency(self) -> float:
+        """The objective: sum over tasks of weight x best latency (seconds)."""
+        return sum(t.weight * self.best_latency(t.index) for t in self.tasks)
+
+    # -- default (untuned) latencies -------------------------------------------------------------
+    def measure_defaults(self) -> dict[int, float]:
+        """Measure each task's default schedule once; later calls (and processes) reuse the values."""
+        from tvm.s_tir import Schedule
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+        todo = [t for t in self.tasks if self.states[t.key].default_s is None]
+        if todo:
+            cands = [MeasureCandidate(Schedule(_default_schedule(t.mod, self.target)),
+                                      ArgInfo.from_prim_func(t.mod["main"])) for t in todo]
+            results, _, _ = self._build_and_run(cands)
+            for t, res in zip(todo, results):
+                secs = mean_secs(res.run_secs) if res.run_secs is not None else math.inf
+                st = self.states[t.key]
+                st.default_s = secs
+                if not math.isfinite(secs):
+                    st.note = "default schedule failed: " + _short(res.error_msg)
+            self.save_state()
+        return {t.index: self.states[t.key].default_s for t in self.tasks}
+
+    # -- tuning ----------------------------------------------------------------------------------
+    def _context(self, i: int):
+        if i in self._contexts:
+            return self._contexts[i]
+        from tvm.s_tir import meta_schedule as ms
+
+        t = self.tasks[i]
+        s = self.search
+        strategy = ms.search_strategy.EvolutionarySearch(
+            population_size=s.population_size, init_measured_ratio=s.init_measured_ratio,
+            init_min_unmeasured=s.init_min_unmeasured, genetic_num_iters=s.genetic_num_iters,
+            genetic_mutate_prob=s.genetic_mutate_prob, eps_greedy=s.eps_greedy)
+        ctx = ms.TuneContext(mod=t.mod, target=self.target, space_generator="post-order-apply",
+                             search_strategy=strategy, task_name=t.name,
+                             rand_state=(s.seed * 7919 + i) % (2**31 - 1),
+                             num_threads=max(1, self.builder.max_workers))
+        self.db.workload(t.key, t.mod)
+        ctx.pre_tuning(max_trials=s.max_trials_per_task, num_trials_per_iter=s.trials_per_iter,
+                       design_spaces=ctx.generate_design_space(), database=self.db.memory,
+                       cost_model=self.cost_model)
+        self._contexts[i] = ctx
+        return ctx
+
+    def tune(self, i: int, *, seconds: float | None = None, trials: int | None = None) -> RoundResult:
+        """Tune task ``i`` for a slot of ``seconds`` (or at least ``trials`` trials, in whole batches)."""
+        from tvm.s_tir import meta_schedule as ms
+
+        if seconds is None and trials is None:
+            raise ValueError("give seconds or trials")
+        t = self.tasks[i]
+        st = self.states[t.key]
+        res = RoundResult(task=i, task_name=t.name, best_before_s=self.best_latency(i))
+        start = time.perf_counter()
+        if st.exhausted:
+            res.exhausted = True
+            res.best_after_s = res.best_before_s
+            return res
+        t0 = time.perf_counter()
+        ctx = self._context(i)
+        res.search_s += time.perf_counter() - t0
+        workload = self.db.workload(t.key, t.mod)
+        batch_s = 0.0
+        while True:
+            elapsed = time.perf_counter() - start
+            if trials is not None and res.trials >= trials:
+                break
+            if seconds is not None and trials is None and (elapsed >= seconds or elapsed + 0.5 * batch_s > seconds):
+                break
+            b0 = time.perf_counter()
+            t0 = time.perf_counter()
+            cands = ctx.generate_measure_candidates()
+            res.search_s += time.perf_counter() - t0
+            if not cands:
+                st.exhausted = True
+                st.note = "search space exhausted"
+                res.exhausted = True
+                break
+            results, build_s, measure_s = self._build_and_run(cands, incumbent_s=self.best_latency(i))
+            res.build_s += build_s
+            res.measure_s += measure_s
+            t0 = time.perf_counter()
+            ctx.notify_runner_results(cands, results)
+            ok_c, ok_r = [], []
+            for c, r in zip(cands, results):
+                secs = list(r.run_secs) if r.run_secs is not None else None
+                if secs is None:
+                    if (r.error_msg or "").startswith("build"):
+                        res.build_errors += 1
+                    else:
+                        res.run_errors += 1
+                    res.errors.append(_short(r.error_msg))
+                else:
+                    ok_c.append(c)
+                    ok_r.append(r)
+                    res.repeats += len(secs)
+                    res.repeats_saved += max(0, self.measure.max_repeats - len(secs))
+                self.db.commit(t.key, ms.database.TuningRecord(
+                    c.sch.trace, workload, secs if secs is not None else [FAILED], self.target, c.args_info))
+            if ok_c:
+                self.cost_model.update(ctx, ok_c, ok_r)
+            res.trials += len(cands)
+            res.search_s += time.perf_counter() - t0
+            batch_s = time.perf_counter() - b0
+            if res.trials >= 3 * len(cands) and not ok_c and res.build_errors + res.run_errors >= res.trials:
+                st.exhausted = True
+                st.note = "retired: no candidate builds or runs (" + res.errors[-1] + ")"
+                res.exhausted = True
+                break
+        res.wall_s = time.perf_counter() - start
+        res.best_after_s = self.best_latency(i)
+        st.seconds += res.wall_s
+        st.trials += res.trials
+        st.errors += res.build_errors + res.run_errors
+        st.history.append([round(st.seconds, 4), st.trials, _finite_or_none(res.best_after_s)])
+        self.save_state()
+        return res
+
+    def _build_and_run(self, cands, incumbent_s: float | None = None):
+        """Build (in parallel) and measure candidates; one RunnerResult per candidate, in order."""
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+
+        t0 = time.perf_counter()
+        built = self.builder.build([BuilderInput(c.sch.mod, self.target) for c in cands])
+        build_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        dev = target_device(self.target)
+        idx = [k for k, b in enumerate(built) if b.error_msg is None]
+        self.runner.set_incumbent(incumbent_s)
+        futures = self.runner.run([RunnerInput(built[k].artifact_path, dev, cands[k].args_info) for k in idx])
+        results = [RunnerResult(None, b.error_msg) for b in built]
+        for k, fut in zip(idx, futures):
+            results[k] = fut.result()
+            remove_artifact(built[k].artifact_path)
+        measure_s = time.perf_counter() - t0
+        return results, build_s, measure_s
+
+    def compile_database(self):
+        """A database holding, per task, its best record if (and only if) it beats the default schedule."""
+        from tvm.s_tir import meta_schedule as ms
+
+        out = ms.database.MemoryDatabase(module_equality="structural")
+        for t in self.tasks:
+            d = self.states[t.key].default_s
+            if self.db.best_latency(t.key) < (d if d is not None else math.inf):
+                wl = self.db.workload(t.key, t.mod)
+                top = self.db.memory.get_top_k(wl, 1)
+                if top:
+                    out.commit_workload(t.mod)
+                    out.commit_tuning_record(top[0])
+        return out
+
+    def close(self) -> None:
+        for ctx in self._contexts.values():
+            try:
+                ctx.post_tuning()
+            except Exception:
+                pass
+        self._contexts.clear()
+        self.save_state()
+        self.builder.close()
+        self.runner.close()
+        self.db.close()
+
+
+def _default_schedule(mod, target):
+    """The untuned schedule: the PrimFunc as lowered (CPU), or TVM's default GPU thread binding."""
+    if target.kind.name in ("cuda", "rocm", "vulkan", "metal", "opencl"):
+        from tvm.s_tir.transform import DefaultGPUSchedule
+
+        with target:
+            return DefaultGPUSchedule()(mod)
+    return mod
+
+
+def atomic_write_json(path: str, obj) -> None:
+    """Write JSON so that a kill leaves either the old or the new file, never half of one."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _finite_or_none(x: float):
+    return x if math.isfinite(x) else None
+
+
+def _short(msg) -> str:
+    lines = [ln.strip() for ln in str(msg or "").strip().splitlines() if ln.strip()]
+    return (lines[0] if lines else "unknown error")[:200]
