@@ -1,0 +1,97 @@
+"""The scheduler interface: each round, pick ONE task to tune for a slot.
+
+A scheduler sees the same :class:`RoundContext` whether it drives real tuning (the pipeline) or a
+replay of recorded traces (the replay benchmark), so only the choice differs between strategies.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TaskView:
+    """What a scheduler may know about one task."""
+
+    index: int
+    name: str
+    key: str
+    weight: int
+    flops: float
+    default_s: float  # untuned latency (seconds), measured once
+    history: list = field(default_factory=list)  # [(cum tuning seconds, cum trials, best_s)] per slot
+    exhausted: bool = False  # search space exhausted, or the task cannot build/run
+
+    @property
+    def best_s(self) -> float:
+        best = self.default_s
+        for _, _, b in self.history:
+            if b is not None and b < best:
+                best = b
+        return best
+
+    @property
+    def seconds(self) -> float:
+        return self.history[-1][0] if self.history else 0.0
+
+    @property
+    def trials(self) -> int:
+        return self.history[-1][1] if self.history else 0
+
+    @property
+    def visits(self) -> int:
+        return len(self.history)
+
+
+@dataclass
+class RoundContext:
+    tasks: list[TaskView]
+    round: int
+    slot_s: float
+    elapsed_s: float = 0.0
+    budget_s: float = math.inf
+
+    def objective(self) -> float:
+        """Estimated model latency: sum of weight x best latency (seconds)."""
+        return sum(t.weight * t.best_s for t in self.tasks)
+
+
+@dataclass
+class Belief:
+    """A scheduler's view of one task this round (logged as the belief table)."""
+
+    task: int
+    name: str
+    weight: int
+    best_s: float
+    gain_mean_s: float  # expected drop of weight x latency after one more slot (seconds)
+    gain_std_s: float
+    score: float  # the value the scheduler ranks by (UCB for DynaTune)
+    visits: int
+    retired: bool = False
+    note: str = ""
+
+
+class Scheduler(ABC):
+    name: str = "base"
+
+    def __init__(self, seed: int = 0, **params):
+        self.seed = seed
+        self.params = params
+
+    @abstractmethod
+    def choose(self, ctx: RoundContext) -> int | None:
+        """Index of the task to tune next, or None when every task is retired."""
+
+    def beliefs(self, ctx: RoundContext) -> list[Belief]:
+        """The per-task table behind the last choice (schedulers without beliefs give a plain one)."""
+        return [Belief(t.index, t.name, t.weight, t.best_s, 0.0, 0.0, 0.0, t.visits, t.exhausted)
+                for t in ctx.tasks]
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
