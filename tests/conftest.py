@@ -1,0 +1,25 @@
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+# measurement workers (separate processes) import dynatune too
+os.environ["PYTHONPATH"] = ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+
+from helpers import make_tiny_onnx  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cpu_target():
+    from dynatune.target import make_target
+
+    return make_target()
+
+
+@pytest.fixture
+def tiny_onnx(tmp_path):
+    """A small conv net written with onnx.helper (conv-relu-conv-add-globalpool-gemm)."""
+    return make_tiny_onnx(str(tmp_path / "tiny.onnx"))
