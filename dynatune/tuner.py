@@ -1,0 +1,150 @@
+"""The tuning run: rounds of (choose task -> tune one slot -> update beliefs) until the budget is spent.
+
+Everything a run needs to continue after a crash lives in the work directory and is written atomically:
+
+- ``db/``: every measured record (see :mod:`dynatune.database`), ``session.json``, ``cost_model``;
+- ``rounds.jsonl``: one fsync'ed line per finished round (the round's result and its belief row);
+- ``run.json``: round counter, tuning seconds spent, scheduler state, tracking run id.
+
+A re-run of the same config continues from the next round: finished rounds are not repeated, and the
+budget counts tuning time across all processes of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+from .database import JsonlWriter, read_jsonl
+from .schedulers import Belief, RoundContext, TaskView, make_scheduler
+from .session import RoundResult, TuningSession, atomic_write_json
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    task: int
+    task_name: str
+    result: dict
+    belief: dict  # the chosen task's belief row
+    estimated_latency_s: float
+    elapsed_s: float  # tuning seconds of the whole run after this round
+    decision_s: float
+    wall_s: float
+    beliefs: list = field(default_factory=list)  # the full table (not stored in rounds.jsonl)
+
+    def line(self) -> dict:
+        d = asdict(self)
+        d.pop("beliefs")
+        return d
+
+
+class Tuner:
+    def __init__(self, session: TuningSession, scheduler_name: str, *, budget_s: float, slot_s: float,
+                 seed: int = 0, scheduler_params: dict | None = None):
+        self.session = session
+        self.tasks = session.tasks
+        self.budget_s = budget_s
+        self.slot_s = slot_s
+        self.scheduler = make_scheduler(scheduler_name, seed=seed, **(scheduler_params or {}))
+        self.scheduler_name = scheduler_name
+        wd = session.work_dir
+        self.run_path = os.path.join(wd, "run.json")
+        self.rounds_path = os.path.join(wd, "rounds.jsonl")
+        self.rounds: list[dict] = read_jsonl(self.rounds_path)
+        self.run_state = self._load_run_state()
+        if self.run_state.get("scheduler_state"):
+            self.scheduler.load_state_dict(self.run_state["scheduler_state"])
+        self._writer = JsonlWriter(self.rounds_path)
+
+    # -- state -----------------------------------------------------------------------------------
+    def _load_run_state(self) -> dict:
+        state = {}
+        if os.path.exists(self.run_path):
+            with open(self.run_path) as f:
+                state = json.load(f)
+        # rounds.jsonl is the source of truth for progress: a kill between its fsync and run.json's
+        # rewrite must not make the round run twice
+        state["rounds_done"] = len(self.rounds)
+        state["elapsed_s"] = self.rounds[-1]["elapsed_s"] if self.rounds else 0.0
+        return state
+
+    def save_run_state(self, **extra) -> None:
+        self.run_state.update(extra)
+        self.run_state["scheduler_state"] = self.scheduler.state_dict()
+        self.run_state["scheduler"] = self.scheduler_name
+        atomic_write_json(self.run_path, self.run_state)
+
+    @property
+    def rounds_done(self) -> int:
+        return self.run_state["rounds_done"]
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.run_state["elapsed_s"]
+
+    # -- the loop --------------------------------------------------------------------------------
+    def prepare(self) -> float:
+        """Round 0: measure every task's default latency (once per work dir). Returns the estimate (s)."""
+        self.session.builder.warm_up()
+        self.session.measure_defaults()
+        self.save_run_state()
+        return self.session.estimated_latency()
+
+    def context(self) -> RoundContext:
+        views = []
+        for t in self.tasks:
+            st = self.session.state(t.index)
+            default = st.default_s if st.default_s is not None and math.isfinite(st.default_s) else math.inf
+            hist = [(h[0], h[1], h[2] if h[2] is not None else default) for h in st.history]
+            views.append(TaskView(t.index, t.name, t.key, t.weight, t.flops,
+                                  default if math.isfinite(default) else 0.0, hist,
+                                  st.exhausted or not math.isfinite(default)))
+        return RoundContext(views, self.rounds_done, self.slot_s, self.elapsed_s, self.budget_s)
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.budget_s - self.elapsed_s)
+
+    def done(self) -> bool:
+        return self.remaining_s() <= 0.05 * self.slot_s or self._all_retired
+
+    _all_retired = False
+
+    def step(self) -> RoundRecord | None:
+        """One round. None when every task is retired."""
+        start = time.perf_counter()
+        ctx = self.context()
+        t0 = time.perf_counter()
+        choice = self.scheduler.choose(ctx)
+        table = self.scheduler.beliefs(ctx)
+        decision_s = time.perf_counter() - t0
+        if choice is None:
+            self._all_retired = True
+            return None
+        slot = min(self.slot_s, self.remaining_s())
+        res: RoundResult = self.session.tune(choice, seconds=slot)
+        if hasattr(self.scheduler, "observe"):
+            self.scheduler.observe(choice, res)
+        row = next((b for b in table if b.task == choice), None)
+        self.run_state["elapsed_s"] = self.elapsed_s + res.wall_s
+        self.run_state["rounds_done"] = self.rounds_done + 1
+        rec = RoundRecord(round=self.rounds_done, task=choice, task_name=self.tasks[choice].name,
+                          result=res.as_dict(), belief=asdict(row) if row else {},
+                          estimated_latency_s=self.session.estimated_latency(), elapsed_s=self.elapsed_s,
+                          decision_s=decision_s, wall_s=time.perf_counter() - start,
+                          beliefs=[asdict(b) for b in table])
+        self._writer.append(rec.line())
+        self.rounds.append(rec.line())
+        self.save_run_state()
+        return rec
+
+    def belief_table(self) -> list[Belief]:
+        return self.scheduler.beliefs(self.context())
+
+    def close(self) -> None:
+        self._writer.close()
+        self.save_run_state()
+        self.session.close()
