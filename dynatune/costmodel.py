@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 
-def make_cost_model(kind: str, seed: int = 0):
+def make_cost_model(kind: str, seed: int = 0, contextual_exploration: bool = False):
+    """A cost model by name; ``contextual_exploration`` applies to ``ensemble`` only (rank by μ + κσ)."""
     from tvm.s_tir import meta_schedule as ms
 
     if kind == "xgb":
@@ -20,5 +21,5 @@ def make_cost_model(kind: str, seed: int = 0):
     if kind == "ensemble":
         from .surrogate import EnsembleModel
 
-        return EnsembleModel(seed=seed)
+        return EnsembleModel(seed=seed, contextual_exploration=contextual_exploration)
     raise ValueError(f"unknown cost model {kind!r}")
