@@ -1,0 +1,368 @@
+"""Bayesian belief over how much one task's best latency will still drop.
+
+Data. A task's history is a list of points ``(x_j, y_j)``: ``x`` = tuning seconds spent on the task,
+``y`` = best latency found so far (monotone non-increasing). Everything is made scale-free first:
+``y <- y / default_s`` (the untuned latency) and ``x <- x / slot_s`` (one unit = one slot).
+
+Model (learning-curve extrapolation, after Domhan et al. 2015). The best-so-far curve follows one of
+four parametric families, each written as ``f(x) = c + a * g(x; theta)`` where ``g`` decays to 0:
+
+===========  =============================  ==========================================
+family       g(x; theta)                    also known as
+===========  =============================  ==========================================
+pow3         x^-alpha                       power law ``c + a x^-alpha``
+log_power    1 / (1 + (x/tau)^alpha)        MMF (the same curve, re-parametrised)
+exp3         exp(-x/tau)                    exponential saturation
+weibull      exp(-(x/tau)^delta)            Janoschek (the same curve, re-parametrised)
+===========  =============================  ==========================================
+
+``y_j = f(x_j) + eps_j`` with ``eps ~ N(0, sigma^2)``; ``c`` is the asymptote, ``a >= 0`` the remaining
+drop. Priors: families equally likely; the shape ``theta`` log-uniform on a fixed grid; ``sigma``
+log-uniform on a grid; ``(c, a) ~ N(m0, S0)`` with an empirical-Bayes scale (``c`` centred on the best
+so far, ``a`` centred on 0 -- "no more gain" -- both with a broad standard deviation, ``PRIOR_WIDTH``
+times the first tuned value). ``a >= 0`` is not imposed on the prior; ``D+`` below clips its effect.
+
+Inference -- exact up to grid quadrature, no MCMC. Given ``(theta, sigma)`` the model is *linear* in
+``(c, a)`` with a Gaussian prior, so the posterior of ``(c, a)`` is Gaussian and the marginal likelihood
+``p(y | theta, sigma) = N(y; Phi m0, sigma^2 I + Phi S0 Phi^T)`` is closed form (all algebra is 2x2, done
+for every grid point at once with numpy). Summing over the ``(theta, sigma)`` grid with the prior weights
+gives the posterior weight of every grid component; a family's share of that weight is its Bayesian
+evidence, so the prediction is a Bayesian model average over families, shapes and noise levels.
+Compared with MCMC over ``(c, a, theta, sigma)`` this integrates ``(c, a)`` analytically and
+``(theta, sigma)`` by deterministic quadrature: same posterior, no sampling noise, ~1 ms per fit.
+
+Prediction. The best-so-far curve is a staircase: a Gaussian residual around the trend is not a chance
+to improve (treating it as one -- expected improvement of ``f + eps`` over the best -- predicts a gain
+from noise alone, forever, on a flat curve). So the gain of one more slot is the drop of the *trend*::
+
+    D = f(x_last) - f(x_last + 1) = a (g(x_last) - g(x_last + 1)),   best_next = best_now - D+
+
+For a grid component ``D ~ N(mu, s^2)`` (``a``'s Gaussian posterior; ``c`` cancels), and ``D+ = max(D, 0)``
+has closed-form moments::
+
+    E[D+]   = mu Phi(z) + s phi(z),                       z = mu / s
+    E[D+^2] = (mu^2 + s^2) Phi(z) + mu s phi(z)
+
+mixed over components by the posterior weights (law of total variance). ``gain_std`` is this epistemic
+spread (it shrinks as data come in: what a UCB should explore); ``next_std`` adds the posterior noise
+level for a predictive interval of the next observed best.
+
+Stalls. Slots that leave the best at the untuned default (no valid, or no better, schedule found yet:
+MetaSchedule's first batch can take several slots) say nothing about convergence; the learning curve
+starts at the first improvement, and a stalled task keeps an untuned prior that fades with each
+empty slot.
+
+Little data. With fewer than ``min_points`` points there is nothing to fit. The prior is optimistic and
+shared: the next slot may win a fraction of the current weighted latency, with a standard deviation as
+large -- ``prior_gain`` for an untuned task, ``prior_gain_tuned`` once it has 1-2 points -- updated
+(empirical Bayes) by the relative drops the model's other tasks actually saw at the same slot number
+(see :class:`BeliefModel`).
+
+Speed. Fits are cached per task, keyed by the history (length and last point) and the slot length,
+so only the task that was just tuned is refitted; long histories are thinned to ``max_points``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import ndtr
+
+FAMILIES = ("pow3", "log_power", "exp3", "weibull")
+_LOG_2PI = math.log(2.0 * math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _shape_grid():
+    """Fixed shape-parameter grids: family id and parameters per grid point (built once)."""
+    fam, p1, p2 = [], [], []
+    for a in np.geomspace(0.02, 4.0, 40):  # pow3: alpha
+        fam.append(0), p1.append(a), p2.append(0.0)
+    for tau in np.geomspace(0.1, 2000.0, 16):  # log_power: tau x alpha
+        for a in np.geomspace(0.25, 4.0, 8):
+            fam.append(1), p1.append(tau), p2.append(a)
+    for tau in np.geomspace(0.2, 2000.0, 40):  # exp3: tau
+        fam.append(2), p1.append(tau), p2.append(0.0)
+    for tau in np.geomspace(0.2, 2000.0, 16):  # weibull: tau x delta
+        for d in np.geomspace(0.2, 3.0, 8):
+            fam.append(3), p1.append(tau), p2.append(d)
+    fam = np.array(fam)
+    counts = np.bincount(fam, minlength=len(FAMILIES))
+    log_prior = -np.log(len(FAMILIES)) - np.log(counts[fam])  # families equal, uniform within one
+    return fam, np.array(p1)[:, None], np.array(p2)[:, None], log_prior
+
+
+_FAM, _P1, _P2, _LOG_PRIOR_SHAPE = _shape_grid()
+STALL_PRIOR = (0.8, 0.8)  # prior means of pi (task can improve) and h (per-slot chance it first does)
+PRIOR_WIDTH = 3.0  # prior std of c and a, in units of the first tuned value
+_SIGMA_REL = np.geomspace(1e-4, 0.3, 12)  # noise grid, relative to the first tuned value
+_SL = [slice(int(np.argmax(_FAM == f)), int(np.argmax(_FAM == f)) + int((_FAM == f).sum()))
+       for f in range(len(FAMILIES))]  # grid points are grouped by family
+
+
+def basis(x: np.ndarray) -> np.ndarray:
+    """g(x; theta) for every grid shape: array (n_shapes, len(x)); x in slots, x > 0."""
+    x = np.maximum(np.asarray(x, dtype=float)[None, :], 1e-6)
+    g = np.empty((_FAM.size, x.shape[1]))
+    s0, s1, s2, s3 = _SL
+    with np.errstate(over="ignore", under="ignore"):
+        g[s0] = x ** -_P1[s0]
+        g[s1] = 1.0 / (1.0 + (x / _P1[s1]) ** _P2[s1])
+        g[s2] = np.exp(-x / _P1[s2])
+        g[s3] = np.exp(-((x / _P1[s3]) ** _P2[s3]))
+    return g
+
+
+@dataclass
+class CurveFit:
+    """Predictive summary after one more slot, in normalised units (fractions of the default latency)."""
+
+    gain_mean: float  # E[best_now - best_next] = E[D+]
+    gain_std: float  # std of D+ from the posterior over curves (epistemic: what UCB explores)
+    best_now: float
+    noise_std: float = 0.0  # posterior mean of sigma (how far observations scatter around the curve)
+    family_weights: dict = field(default_factory=dict)  # posterior probability of each family
+    n_points: int = 0
+
+    @property
+    def next_mean(self) -> float:
+        """Expected best after one more slot."""
+        return self.best_now - self.gain_mean
+
+    @property
+    def next_std(self) -> float:
+        """Predictive std of the next observed best: curve uncertainty plus observation scatter."""
+        return math.hypot(self.gain_std, self.noise_std)
+
+
+def fit_curve(x, y, x_next: float, prior_width: float = PRIOR_WIDTH) -> CurveFit:
+    """Bayesian model average over the curve families; predictive gain at ``x_next`` (normalised units).
+
+    ``x`` (slots) and ``y`` (fraction of the default latency, monotone non-increasing), >= 3 points.
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    n = x.size
+    b = float(y.min())
+    scale = max(float(y[0]), 1e-12)
+    g = basis(np.append(x, x_next))  # (K, n + 1)
+    g, g_next, g_last = g[:, :n], g[:, n:], g[:, n - 1:n]
+    sg, sgg, sgy = g.sum(1, keepdims=True), (g * g).sum(1, keepdims=True), (g @ y)[:, None]
+    sy, syy = y.sum(), y @ y
+    # prior on (c, a): c ~ N(b, (w scale)^2), a ~ N(0, (w scale)^2), w = prior_width
+    mc, ma, vc, va = b, 0.0, (prior_width * scale) ** 2, (prior_width * scale) ** 2
+    s2 = (scale * _SIGMA_REL)[None, :] ** 2  # (1, L) noise variances
+    # Gaussian posterior of (c, a) for every (shape, sigma): precision P, mean m = P^-1 r
+    p11 = 1.0 / vc + n / s2
+    p12 = sg / s2
+    p22 = 1.0 / va + sgg / s2
+    r1 = mc / vc + sy / s2
+    r2 = ma / va + sgy / s2
+    det = p11 * p22 - p12 * p12
+    m1 = (p22 * r1 - p12 * r2) / det
+    m2 = (p11 * r2 - p12 * r1) / det
+    # log marginal likelihood: N(y; Phi m0, s2 I + Phi S0 Phi^T), via the 2x2 posterior
+    quad = syy / s2 + mc * mc / vc + ma * ma / va - (m1 * r1 + m2 * r2)
+    log_ml = -0.5 * n * (_LOG_2PI + np.log(s2)) - 0.5 * np.log(vc * va * det) - 0.5 * np.maximum(quad, 0.0)
+    logw = log_ml + _LOG_PRIOR_SHAPE[:, None] - math.log(_SIGMA_REL.size)
+    w = np.exp(logw - logw.max())
+    w /= w.sum()
+    # drop of the curve over the next slot: D = a (g(x_last) - g(x_next)) ~ N(m2 dg, dg^2 var(a))
+    dg = g_last - g_next
+    mu = m2 * dg
+    sd = np.sqrt(np.maximum(dg * dg * p11 / det, 1e-300))
+    z = mu / sd
+    cdf, pdf = ndtr(z), np.exp(-0.5 * z * z) * _INV_SQRT_2PI
+    eg = mu * cdf + sd * pdf  # E[D+]
+    eg2 = (mu * mu + sd * sd) * cdf + mu * sd * pdf  # E[(D+)^2]
+    mean = float((w * eg).sum())
+    var = float((w * eg2).sum()) - mean * mean
+    fam_w = w.sum(1)
+    families = {name: float(fam_w[_FAM == f].sum()) for f, name in enumerate(FAMILIES)}
+    noise = math.sqrt(float((w * s2).sum()))
+    return CurveFit(max(mean, 0.0), math.sqrt(max(var, 0.0)), b, noise, families, n)
+
+
+def _valid(b) -> bool:
+    return b is not None and math.isfinite(b) and b > 0
+
+
+def _thin(x: np.ndarray, y: np.ndarray, max_points: int):
+    """Keep the last max_points/2 points and an even subsample of the earlier ones."""
+    if x.size <= max_points:
+        return x, y
+    tail = max_points // 2
+    head = np.unique(np.linspace(0, x.size - tail - 1, max_points - tail).round().astype(int))
+    idx = np.concatenate([head, np.arange(x.size - tail, x.size)])
+    return x[idx], y[idx]
+
+
+@dataclass
+class TaskCurve:
+    """A task's history in normalised units, split into a stall and the effective learning curve."""
+
+    ref: float | None  # latency that normalises y: the default (or, if unknown, the first valid best)
+    stall: int  # slots before the first improvement over the default (tuning had not started yet)
+    x: np.ndarray  # effective points: tuning seconds / slot_s
+    y: np.ndarray  # running best / ref
+    drops: list  # relative drop at effective slot 1, 2, ... (None where unknown)
+    fit: CurveFit | None = None
+
+
+def task_curve(task, slot_s: float) -> TaskCurve:
+    """Leading slots that left the best at the untuned default are a *stall* (no valid or better schedule
+    found yet), not evidence of convergence: the learning curve starts at the first improvement."""
+    default = float(task.default_s) if _valid(task.default_s) else None
+    best, stall, xs, ys = default if default is not None else math.inf, 0, [], []
+    for sec, _trials, b in task.history:
+        if _valid(b) and b < best:
+            best = b
+        if not xs and (not math.isfinite(best) or (default is not None and best >= default)):
+            stall += 1
+            continue
+        xs.append(float(sec) / slot_s)
+        ys.append(best)
+    ref = default if default is not None else (ys[0] if ys else None)
+    y = np.array(ys) / ref if ys else np.zeros(0)
+    drops = ([1.0 - y[0]] if default is not None else [None]) if ys else []
+    drops += [1.0 - y[k] / y[k - 1] for k in range(1, len(ys))]
+    return TaskCurve(ref, stall, np.array(xs), y, drops)
+
+
+class BeliefModel:
+    """Per-task predictive gain of one more slot, with a cache so only changed tasks are refitted.
+
+    ``predict(task, slot_s)`` returns ``(gain_mean_s, gain_std_s, note)`` in *weighted seconds*: the
+    expected drop of ``weight x best latency`` after one more slot and its standard deviation.
+
+    A task's curve starts at its first improvement over the untuned default (:func:`task_curve`); with
+    fewer than ``min_points`` effective points it gets an empirical-Bayes prior shared by all tasks of
+    the model: ``observe(tasks)`` collects the relative drop ``r_k = 1 - y_k / y_{k-1}`` every task saw
+    at its k-th effective slot (``y_0`` = default). The prior gain of a task about to get its k-th
+    effective slot is the mean of ``r_k`` over tasks, shrunk towards ``prior_gain`` (k = 1) or
+    ``prior_gain_tuned`` (k > 1) with ``prior_strength`` pseudo-observations; its std is the matching
+    spread (the fixed prior's std equals its mean).
+
+    Stalls: whether the next slot brings the *first* improvement follows a zero-inflated geometric
+    model -- a task can improve at all with probability ``pi``, and then does so in each slot with
+    probability ``h`` -- fitted by EM over the model's tasks (first improvement after ``k`` slots, or
+    still stalled after ``m``; Beta priors worth ``stall_strength`` tasks, means ``STALL_PRIOR``).
+    After ``m`` empty slots ``P(improve next) = h q``, ``q = pi (1-h)^m / (pi (1-h)^m + 1 - pi)``, so a
+    task that never improves fades geometrically. Its expected gain is ``P x E[r_1]`` and its std
+    ``P x std(r_1)``: the uncertainty of the *expected* gain (what UCB explores), not the Bernoulli
+    spread of the outcome.
+    """
+
+    def __init__(self, min_points: int = 3, prior_gain: float = 0.5, prior_gain_tuned: float = 0.1,
+                 prior_strength: float = 2.0, stall_strength: float = 2.0, max_points: int = 96):
+        self.min_points = min_points
+        self.prior_gain = prior_gain
+        self.prior_gain_tuned = prior_gain_tuned
+        self.prior_strength = prior_strength
+        self.stall_strength = stall_strength
+        self._first: dict[int, tuple] = {}  # task index -> (improved?, slots to first improvement or stalled)
+        self._stall_fit = None  # cached (pi, h)
+        self.max_points = max_points
+        self._curves: dict[int, tuple] = {}  # task index -> (history key, TaskCurve)
+        self._drops: dict[int, list] = {}  # task index -> its drops counted in the population
+        self._pop = np.zeros((3, max(min_points, 1)))  # per effective slot k: count, sum r, sum r^2
+        self.fits = 0  # number of curve fits done (for tests / profiling)
+
+    def curve(self, task, slot_s: float) -> TaskCurve:
+        """The task's :class:`TaskCurve`, recomputed only when its history changed."""
+        h = task.history
+        key = (len(h), tuple(h[-1]) if h else None, task.default_s, slot_s)
+        hit = self._curves.get(task.index)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        c = task_curve(task, slot_s)
+        self._curves[task.index] = (key, c)
+        self._set_drops(task.index, c.drops[: self._pop.shape[1]])
+        first = (True, c.stall + 1) if c.x.size else (False, c.stall)
+        if self._first.get(task.index) != first:
+            self._first[task.index] = first
+            self._stall_fit = None
+        return c
+
+    # -- shared prior ------------------------------------------------------------------------------
+    def observe(self, tasks, slot_s: float) -> None:
+        """Bring the population statistics of early relative drops up to date with the tasks' histories."""
+        for t in tasks:
+            self.curve(t, slot_s)
+
+    def _set_drops(self, index: int, drops: list) -> None:
+        for k, r in enumerate(self._drops.get(index, [])):
+            if r is not None:
+                self._pop[:, k] -= (1.0, r, r * r)
+        for k, r in enumerate(drops):
+            if r is not None:
+                self._pop[:, k] += (1.0, r, r * r)
+        self._drops[index] = drops
+
+    def prior(self, k: int) -> tuple[float, float]:
+        """(mean, std) of the relative drop at a task's k-th effective slot, shrunk to the fixed prior."""
+        p0 = self.prior_gain if k <= 1 else self.prior_gain_tuned
+        n, s1, s2 = self._pop[:, k - 1] if 1 <= k <= self._pop.shape[1] else (0.0, 0.0, 0.0)
+        kappa = self.prior_strength
+        mean = (s1 + kappa * p0) / (n + kappa)
+        second = (s2 + kappa * 2.0 * p0 * p0) / (n + kappa)  # fixed prior: mean p0, std p0
+        return mean, math.sqrt(max(second - mean * mean, 0.0))
+
+    def stall_model(self) -> tuple[float, float]:
+        """(pi, h) of the zero-inflated geometric time to first improvement, by EM over the tasks."""
+        if self._stall_fit is None:
+            k = np.array([n for ok, n in self._first.values() if ok], dtype=float)
+            m = np.array([n for ok, n in self._first.values() if not ok and n > 0], dtype=float)
+            a = self.stall_strength
+            pi, h = STALL_PRIOR
+            for _ in range(20):
+                stay = pi * (1.0 - h) ** m
+                q = stay / (stay + 1.0 - pi)  # P(stalled task can still improve)
+                pi = (k.size + q.sum() + a * STALL_PRIOR[0]) / (k.size + m.size + a)
+                h = (k.size + a * STALL_PRIOR[1]) / (k.sum() + (q * m).sum() + a)
+            self._stall_fit = (float(pi), float(min(h, 1.0)))
+        return self._stall_fit
+
+    def p_first_improvement(self, stalled_slots: int) -> float:
+        pi, h = self.stall_model()
+        stay = pi * (1.0 - h) ** stalled_slots
+        return h * stay / (stay + 1.0 - pi)
+
+    # -- per-task fits -----------------------------------------------------------------------------
+    def fit_task(self, task, slot_s: float) -> CurveFit | None:
+        """The (cached) curve fit of ``task``, or None while it has fewer than ``min_points`` points."""
+        c = self.curve(task, slot_s)
+        if c.x.size < self.min_points:
+            return None
+        if c.fit is None:
+            x, y = _thin(c.x, c.y, self.max_points)
+            c.fit = fit_curve(x, y, x[-1] + 1.0)
+            self.fits += 1
+        return c.fit
+
+    def predict(self, task, slot_s: float, best_s: float | None = None) -> tuple[float, float, str]:
+        best = task.best_s if best_s is None else best_s
+        if not _valid(best):
+            return 0.0, 0.0, "no latency"  # nothing measured yet: no gain can be quantified
+        fit = self.fit_task(task, slot_s)
+        if fit is None:
+            c = self.curve(task, slot_s)
+            mean, std = self.prior(c.x.size + 1)
+            scale = task.weight * best
+            if c.x.size == 0:  # expected gain = P(first improvement) x E[drop r_1]; std: of r_1, likewise
+                p = self.p_first_improvement(c.stall)
+                mean, std = p * mean, p * std
+                return mean * scale, std * scale, f"stalled {c.stall}" if c.stall else "prior"
+            return mean * scale, std * scale, "prior"
+        unit = task.weight * self.curve(task, slot_s).ref
+        top = max(fit.family_weights, key=fit.family_weights.get)
+        return fit.gain_mean * unit, fit.gain_std * unit, top
+
+    def clear(self) -> None:
+        self._curves.clear()
+        self._drops.clear()
+        self._first.clear()
+        self._stall_fit = None
+        self._pop[:] = 0.0

@@ -1,0 +1,30 @@
+"""Round robin (AutoTVM-style equal shares): cycle through the tasks that are not exhausted."""
+
+from __future__ import annotations
+
+from .base import RoundContext
+from .common import ParamScheduler
+
+
+class RoundRobinScheduler(ParamScheduler):
+    name = "round_robin"
+    defaults: dict = {}
+
+    def __init__(self, seed: int = 0, **params):
+        super().__init__(seed, **params)
+        self.next_index = 0  # position in the cycle
+
+    def choose(self, ctx: RoundContext) -> int | None:
+        n = len(ctx.tasks)
+        for k in range(n):
+            i = (self.next_index + k) % n
+            if not ctx.tasks[i].exhausted:
+                self.next_index = i + 1
+                return i
+        return None
+
+    def state_dict(self) -> dict:
+        return {"next_index": self.next_index}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.next_index = int(state.get("next_index", 0))
