@@ -74,7 +74,7 @@ class JsonlWriter:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def append(self, obj: dict) -> None:
-        data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        data = (json.dumps(obj, separators=(",", ":"), default=_plain) + "\n").encode()
         os.write(self.fd, data)
         os.fsync(self.fd)
 
@@ -182,6 +182,13 @@ class TuningDatabase:
             self.commit(key, ms.database.TuningRecord.from_json(line["record"], wl))
             n += 1
         return n
+
+
+def _plain(x):
+    """JSON for numpy scalars (beliefs are computed with numpy)."""
+    if hasattr(x, "item"):
+        return x.item()
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
 
 
 def mean_secs(secs) -> float:

@@ -41,6 +41,7 @@ class SearchConfig:
     eps_greedy: float = 0.05
     max_trials_per_task: int = 10_000
     cost_model: str = "xgb"  # "xgb" | "ensemble" (AdaTune) | "random"
+    contextual_exploration: bool = False  # ensemble only: rank by mean + kappa*std, kappa from sigma/best
     seed: int = 0
     build_timeout_s: float = 60.0
 
@@ -127,12 +128,13 @@ class TuningSession:
     def _make_cost_model(self):
         from .costmodel import make_cost_model
 
-        cm = make_cost_model(self.search.cost_model, self.search.seed)
+        kind, seed, ce = self.search.cost_model, self.search.seed, self.search.contextual_exploration
+        cm = make_cost_model(kind, seed, contextual_exploration=ce)
         if os.path.exists(self.cost_model_path) and hasattr(cm, "load"):
             try:
                 cm.load(self.cost_model_path)
             except Exception:  # a stale or foreign file: retrain from scratch
-                cm = make_cost_model(self.search.cost_model, self.search.seed)
+                cm = make_cost_model(kind, seed, contextual_exploration=ce)
         return cm
 
     # -- queries ---------------------------------------------------------------------------------
@@ -193,8 +195,18 @@ class TuningSession:
         self._contexts[i] = ctx
         return ctx
 
+    def warm_up(self) -> None:
+        """Pay the one-off costs now: worker pools, and TVM's tensor-intrinsic registry (~20 s)."""
+        import tvm.s_tir.tensor_intrin  # noqa: F401  (TuneContext imports it on first use)
+
+        self.builder.warm_up()
+
     def tune(self, i: int, *, seconds: float | None = None, trials: int | None = None) -> RoundResult:
-        """Tune task ``i`` for a slot of ``seconds`` (or at least ``trials`` trials, in whole batches)."""
+        """Tune task ``i`` for a slot of ``seconds`` (or at least ``trials`` trials, in whole batches).
+
+        A slot always measures at least one batch, and stops before a batch that would overrun it by
+        more than half a batch.
+        """
         from tvm.s_tir import meta_schedule as ms
 
         if seconds is None and trials is None:
@@ -208,15 +220,17 @@ class TuningSession:
             res.best_after_s = res.best_before_s
             return res
         t0 = time.perf_counter()
-        ctx = self._context(i)
+        ctx = self._context(i)  # once per task and process: design space + search state
         res.search_s += time.perf_counter() - t0
         workload = self.db.workload(t.key, t.mod)
         batch_s = 0.0
+        slot_start = time.perf_counter()  # the slot is for tuning; the one-off set-up above is not in it
         while True:
-            elapsed = time.perf_counter() - start
+            elapsed = time.perf_counter() - slot_start
             if trials is not None and res.trials >= trials:
                 break
-            if seconds is not None and trials is None and (elapsed >= seconds or elapsed + 0.5 * batch_s > seconds):
+            if (seconds is not None and trials is None and res.trials > 0
+                    and (elapsed >= seconds or elapsed + 0.5 * batch_s > seconds)):
                 break
             b0 = time.perf_counter()
             t0 = time.perf_counter()
@@ -329,7 +343,7 @@ def atomic_write_json(path: str, obj) -> None:
     """Write JSON so that a kill leaves either the old or the new file, never half of one."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(obj, f)
+        json.dump(obj, f, default=lambda x: x.item() if hasattr(x, "item") else str(x))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

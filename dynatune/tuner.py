@@ -89,7 +89,7 @@ class Tuner:
     # -- the loop --------------------------------------------------------------------------------
     def prepare(self) -> float:
         """Round 0: measure every task's default latency (once per work dir). Returns the estimate (s)."""
-        self.session.builder.warm_up()
+        self.session.warm_up()
         self.session.measure_defaults()
         self.save_run_state()
         return self.session.estimated_latency()
@@ -116,6 +116,7 @@ class Tuner:
     def step(self) -> RoundRecord | None:
         """One round. None when every task is retired."""
         start = time.perf_counter()
+        round_no = self.rounds_done
         ctx = self.context()
         t0 = time.perf_counter()
         choice = self.scheduler.choose(ctx)
@@ -131,7 +132,7 @@ class Tuner:
         row = next((b for b in table if b.task == choice), None)
         self.run_state["elapsed_s"] = self.elapsed_s + res.wall_s
         self.run_state["rounds_done"] = self.rounds_done + 1
-        rec = RoundRecord(round=self.rounds_done, task=choice, task_name=self.tasks[choice].name,
+        rec = RoundRecord(round=round_no, task=choice, task_name=self.tasks[choice].name,
                           result=res.as_dict(), belief=asdict(row) if row else {},
                           estimated_latency_s=self.session.estimated_latency(), elapsed_s=self.elapsed_s,
                           decision_s=decision_s, wall_s=time.perf_counter() - start,

@@ -1,0 +1,318 @@
+"""The ``dynatune`` command.
+
+    dynatune tune [CONFIG] [--model PATH] [--shape NAME=1x3x224x224]... [--budget S] [--scheduler NAME]
+                  [--work-dir DIR] [--set key=value]... [--json]
+    dynatune tasks MODEL.onnx [--shape ...]... [--target T] [--json]
+    dynatune compile WORK_DIR [--json]
+    dynatune report RUN_ID [--tracking-uri URI] [--out DIR]
+    dynatune compare RUN_ID... [--tracking-uri URI] [--out PNG]
+    dynatune bench replay [--json] | dynatune bench live ...
+
+Bad input gets one line on stderr (``error: ...``) and exit status 2; nothing already saved is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import warnings
+
+from .errors import DynatuneError
+
+
+def _quiet_env() -> None:
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")  # errors are reported as one line below
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("TVM_LOG_DEBUG", "0")
+    os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+    warnings.filterwarnings("ignore")
+    import logging
+
+    for name in ("mlflow", "alembic", "prefect", "httpx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _shapes(items) -> dict:
+    from .model import parse_shape
+
+    return dict(parse_shape(s) for s in items or [])
+
+
+def _print_json(obj) -> None:
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return x
+
+    sys.stdout.write(json.dumps(clean(obj)) + "\n")
+    sys.stdout.flush()
+
+
+# -- tune ---------------------------------------------------------------------------------------------
+def cmd_tune(args) -> int:
+    from .config import load_config
+
+    cfg = load_config(args.config, args.set or [], model=args.model, shapes=_shapes(args.shape) or None,
+                      budget=args.budget, scheduler=args.scheduler, work_dir=args.work_dir)
+    _check_work_dir(cfg.work_dir)
+    _preflight(cfg)
+    if cfg.prefect_api_url:
+        os.environ["PREFECT_API_URL"] = cfg.prefect_api_url
+    from .progress import LiveView
+
+    view = LiveView(cfg, quiet=False)
+    import flows.tune_model as ftm
+
+    ftm.LISTENERS.append(view.on_event)
+    try:
+        with view:
+            summary = ftm.tune_model(cfg.to_dict() | {"_source": cfg.source})
+    finally:
+        ftm.LISTENERS.remove(view.on_event)
+    if args.json:
+        _print_json(summary)
+    else:
+        view.print_summary(summary)
+    return 0
+
+
+def _preflight(cfg) -> None:
+    """Everything that can be wrong with the input is found before Prefect starts and tuning begins."""
+    from tasks.tracking import check_tracking_uri
+
+    from .model import load_model
+    from .target import make_target
+
+    load_model(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
+    make_target(cfg.target)
+    check_tracking_uri(cfg.tracking.uri)
+    lock_path = os.path.join(cfg.work_dir, ".lock")
+    if os.path.exists(lock_path):
+        from .lock import WorkDirLock
+
+        WorkDirLock(cfg.work_dir).acquire().release()  # says who holds it, if anyone
+
+
+def _check_work_dir(path: str) -> None:
+    probe = path
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if probe and (not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK)):
+        raise DynatuneError(f"work directory {path} is not writable", "choose another --work-dir")
+
+
+# -- tasks --------------------------------------------------------------------------------------------
+def cmd_tasks(args) -> int:
+    from .model import load_model
+    from .target import make_target
+    from .tasks import extract_tasks
+
+    model = load_model(args.model, _shapes(args.shape))
+    tasks = extract_tasks(model, make_target(args.target))
+    if args.json:
+        _print_json([t.as_dict() for t in tasks])
+        return 0
+    print(f"{model.name}: {len(tasks)} tasks ({sum(t.weight for t in tasks)} call sites, "
+          f"{sum(t.weight * t.flops for t in tasks) / 1e9:.2f} GFLOP)")
+    print(f"{'#':>3}  {'name':<48} {'key':<16} {'weight':>6} {'MFLOP':>10}")
+    for t in tasks:
+        print(f"{t.index:>3}  {t.name[:48]:<48} {t.key:<16} {t.weight:>6} {t.flops / 1e6:>10.2f}")
+    return 0
+
+
+# -- compile ------------------------------------------------------------------------------------------
+def cmd_compile(args) -> int:
+    from .cache import cached_extract
+    from .compile import compile_and_verify
+    from .config import validate_dict
+    from .lock import WorkDirLock
+    from .model import load_model
+    from .session import TuningSession
+    from .target import make_target, usable_cores
+
+    cfg_path = os.path.join(args.work_dir, "config.json")
+    if not os.path.exists(cfg_path):
+        raise DynatuneError(f"{args.work_dir} is not a dynatune work directory (no config.json)",
+                            "give the work_dir of an earlier `dynatune tune`")
+    with open(cfg_path) as f:
+        cfg = validate_dict(json.load(f), cfg_path)
+    with WorkDirLock(args.work_dir):
+        model = load_model(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
+        target = make_target(cfg.target)
+        tasks, _ = cached_extract(model, target, os.path.join(args.work_dir, "cache"))
+        session = TuningSession(tasks, target, args.work_dir, search=cfg.search_config(), measure=cfg.measure_config())
+        try:
+            rep = compile_and_verify(model, target, session.compile_database(),
+                                     args.output or os.path.join(args.work_dir, "model.so"),
+                                     threads=usable_cores(), rel_tol=cfg.compile.rel_tol)
+            out = rep.as_dict() | {"estimated_latency_ms": session.estimated_latency() * 1e3}
+        finally:
+            session.close()
+    if args.json:
+        _print_json(out)
+    else:
+        for k, v in out.items():
+            print(f"{k:>24}: {v}")
+    if not rep.numerics_ok:
+        raise DynatuneError(f"compiled model does not match ONNX Runtime (max rel err {rep.max_rel_err:.2e})")
+    return 0
+
+
+# -- report / compare ---------------------------------------------------------------------------------
+def _tracking_uri(arg: str | None) -> str:
+    uri = arg or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        raise DynatuneError("no tracking store given", "pass --tracking-uri sqlite:///runs/x/mlflow.db or set "
+                                                       "MLFLOW_TRACKING_URI")
+    return uri
+
+
+def cmd_report(args) -> int:
+    from tasks.tracking import read_run
+
+    from . import report as rp
+
+    uri = _tracking_uri(args.tracking_uri)
+    data = read_run(uri, args.run_id)
+    rounds = [{"round": r["round"], "task": r.get("task"), "task_name": str(int(r["task"])) if r.get("task") is not None else "?",
+               "result": {"trials": r.get("trials")}, "estimated_latency_s": (r.get("estimated_latency_ms") or 0) / 1e3,
+               "elapsed_s": r.get("elapsed_s")} for r in data["rounds"] if r.get("elapsed_s") is not None]
+    print(rp.rounds_table(rounds))
+    out = args.out or f"report-{args.run_id[:8]}"
+    os.makedirs(out, exist_ok=True)
+    label = data["tags"].get("scheduler", args.run_id[:8])
+    init = data["rounds"][0]["estimated_latency_ms"] / 1e3 if data["rounds"] and data["rounds"][0]["round"] == 0 else None
+    png = rp.convergence_plot({label: rp.curve_from_rounds(rounds, init)}, os.path.join(out, "convergence.png"),
+                              title=data["tags"].get("model", ""))
+    if data["summary"]:
+        rp.markdown_report(data["summary"], rounds, os.path.join(out, "report.md"))
+    print(f"wrote {png}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from tasks.tracking import read_run
+
+    from . import report as rp
+
+    uri = _tracking_uri(args.tracking_uri)
+    curves, summaries = {}, {}
+    for rid in args.run_ids:
+        data = read_run(uri, rid)
+        label = f"{data['tags'].get('scheduler', '?')}:{rid[:8]}"
+        pts = [(r["elapsed_s"] or 0.0 if r["round"] else 0.0, r["estimated_latency_ms"] / 1e3)
+               for r in data["rounds"] if r.get("estimated_latency_ms") is not None]
+        curves[label] = sorted(pts)
+        summaries[label] = data["summary"] or {"model": data["tags"].get("model"),
+                                               "scheduler": data["tags"].get("scheduler")}
+    print(rp.compare_table(summaries))
+    out = args.out or "compare.png"
+    rp.convergence_plot(curves, out, title="convergence")
+    print(f"wrote {out}")
+    return 0
+
+
+# -- bench --------------------------------------------------------------------------------------------
+def cmd_bench(args) -> int:
+    if args.bench == "replay":
+        from .replay import run_replay_benchmark
+
+        res = run_replay_benchmark(models=args.models or None)
+        if args.json:
+            _print_json(res)
+        else:
+            print(json.dumps(res, indent=1))
+        return 0
+    if args.bench == "live":
+        from .livebench import main as live_main
+
+        return live_main(args.rest)
+    raise DynatuneError(f"unknown benchmark {args.bench!r}", "use replay or live")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    p = argparse.ArgumentParser(prog="dynatune", description="Tune an ONNX model for this machine "
+                                "(DynaTune scheduling, AdaTune measurement, Apache TVM).")
+    p.add_argument("--version", action="version", version=f"dynatune {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("tune", help="tune a model end to end (Prefect flow, MLflow tracking)")
+    t.add_argument("config", nargs="?", help="YAML config (defaults apply without one)")
+    t.add_argument("--model", help="ONNX file (overrides model.path)")
+    t.add_argument("--shape", action="append", help="NAME=1x3x224x224 (repeatable)")
+    t.add_argument("--budget", type=float, help="tuning budget in seconds")
+    t.add_argument("--scheduler", help="dynatune, gradient, round_robin, random or greedy")
+    t.add_argument("--work-dir", help="where records, state and artifacts go")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any config key")
+    t.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    t.set_defaults(func=cmd_tune)
+
+    k = sub.add_parser("tasks", help="list a model's tuning tasks")
+    k.add_argument("model")
+    k.add_argument("--shape", action="append")
+    k.add_argument("--target", default=None)
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(func=cmd_tasks)
+
+    c = sub.add_parser("compile", help="compile + verify from an existing work dir")
+    c.add_argument("work_dir")
+    c.add_argument("--output", help="path of the shared library (default WORK_DIR/model.so)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_compile)
+
+    r = sub.add_parser("report", help="print a run's rounds and write its plots")
+    r.add_argument("run_id")
+    r.add_argument("--tracking-uri")
+    r.add_argument("--out")
+    r.set_defaults(func=cmd_report)
+
+    m = sub.add_parser("compare", help="compare runs: a table and one convergence plot")
+    m.add_argument("run_ids", nargs="+")
+    m.add_argument("--tracking-uri")
+    m.add_argument("--out")
+    m.set_defaults(func=cmd_compare)
+
+    b = sub.add_parser("bench", help="benchmarks: replay (recorded traces) or live (real tuning)")
+    b.add_argument("bench", choices=["replay", "live"])
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--models", nargs="*")
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    _quiet_env()
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except DynatuneError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted (every committed record is kept; run the same command to resume)",
+              file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("DYNATUNE_DEBUG"):
+            raise
+        msg = str(exc).strip().splitlines()
+        print(f"error: {type(exc).__name__}: {msg[-1] if msg else ''} (set DYNATUNE_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

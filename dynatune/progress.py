@@ -1,0 +1,108 @@
+"""The CLI's live view of a tuning run: a progress bar over the budget and a table of recent rounds.
+
+Everything goes to stderr, so ``--json`` keeps stdout to one JSON object. Without a terminal (CI, logs)
+it prints one plain line per round instead.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+class LiveView:
+    def __init__(self, cfg, quiet: bool = False):
+        from rich.console import Console
+
+        self.cfg = cfg
+        self.console = Console(stderr=True)
+        self.interactive = sys.stderr.isatty() and not quiet
+        self.rows: list = []
+        self.live = None
+        self.progress = None
+        self.task_id = None
+        self.last_est = None
+
+    def __enter__(self):
+        if self.interactive:
+            from rich.live import Live
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("[bold]tuning"), BarColumn(), TextColumn("{task.completed:.0f}/"
+                                     "{task.total:.0f} s"), TimeRemainingColumn(), console=self.console)
+            self.task_id = self.progress.add_task("tune", total=self.cfg.budget_s)
+            self.live = Live(self._render(), console=self.console, refresh_per_second=2, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+            self.live = None
+
+    def _render(self):
+        from rich.console import Group
+        from rich.table import Table
+
+        table = Table(title=f"{self.cfg.model.name}: {self.cfg.scheduler.name}", expand=False)
+        for col in ("round", "task", "trials", "gain ms", "est. ms", "elapsed s"):
+            table.add_column(col, justify="right" if col != "task" else "left")
+        for r in self.rows[-10:]:
+            table.add_row(*r)
+        return Group(self.progress, table) if self.progress else table
+
+    def on_event(self, event: str, payload) -> None:
+        if event == "tasks":
+            self._say(f"{payload['model']}: {payload['tasks']} tasks"
+                      + (" (from cache)" if payload.get("cache_hit") else ""))
+        elif event == "start":
+            self.last_est = payload["estimate_s"]
+            what = "resuming" if payload.get("resumed") or payload.get("rounds_done") else "starting"
+            self._say(f"{what}: untuned estimate {payload['estimate_s'] * 1e3:.2f} ms, "
+                      f"{payload['rounds_done']} rounds done, {payload['elapsed_s']:.0f}/{payload['budget_s']:.0f} s "
+                      f"spent (MLflow run {payload['run_id']})")
+            if self.progress:
+                self.progress.update(self.task_id, completed=payload["elapsed_s"])
+        elif event == "round":
+            gain = (self.last_est - payload.estimated_latency_s) * 1e3 if self.last_est is not None else 0.0
+            self.last_est = payload.estimated_latency_s
+            row = (str(payload.round), payload.task_name[:40], str(payload.result["trials"]), f"{gain:.3f}",
+                   f"{payload.estimated_latency_s * 1e3:.3f}", f"{payload.elapsed_s:.0f}")
+            self.rows.append(row)
+            if self.progress:
+                self.progress.update(self.task_id, completed=min(payload.elapsed_s, self.cfg.budget_s))
+                self.live.update(self._render())
+            else:
+                self._say("round {0:>3}  {1:<40} trials {2:>4}  gain {3:>9} ms  est {4:>9} ms  {5:>5} s".format(*row))
+        elif event == "round_failed":
+            self._say(f"round failed (continuing): {payload['error']}")
+        elif event == "warm_start":
+            self._say(f"warm start: {payload['records']} records for {payload['matched_tasks']} matching tasks")
+        elif event == "done":
+            pass
+
+    def _say(self, text: str) -> None:
+        if self.live is not None:
+            self.live.console.print(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def print_summary(self, s: dict) -> None:
+        def ms(k):
+            v = s.get(k)
+            return f"{v:.3f} ms" if isinstance(v, (int, float)) else "-"
+
+        lines = [
+            f"model {s['model']} ({s['tasks']} tasks), scheduler {s['scheduler']}: {s['rounds']} rounds, "
+            f"{s['trials']} trials, {s['elapsed_s']:.0f} s tuning, {s['wall_s']:.0f} s wall",
+            f"  estimated latency {s['estimated_latency_ms']:.3f} ms (untuned estimate "
+            f"{s['initial_estimated_latency_ms']:.3f} ms)",
+            f"  measured latency  {ms('latency_ms')}   untuned TVM {ms('untuned_latency_ms')}   "
+            f"ONNX Runtime {ms('onnxruntime_latency_ms')}",
+        ]
+        if s.get("max_rel_err") is not None:
+            lines.append(f"  numerics vs ONNX Runtime: max rel err {s['max_rel_err']:.2e} "
+                         f"({'ok' if s.get('numerics_ok') else 'FAILED'})")
+        lines.append(f"  compiled library: {s.get('artifact')}")
+        lines.append(f"  work dir: {s['work_dir']}")
+        lines.append(f"  MLflow run {s['mlflow_run_id']}: {s.get('mlflow_ui', '')}")
+        print("\n".join(lines))

@@ -1,0 +1,180 @@
+"""The ``tune_model`` flow: import -> extract -> round 0 -> N tuning rounds -> compile + verify.
+
+Each stage is a Prefect task run (one per scheduler round), so a run's progress is visible in the
+Prefect UI; every round is tracked in MLflow. Without ``PREFECT_API_URL`` Prefect runs in its local
+ephemeral mode; without a tracking URI MLflow writes ``<work_dir>/mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+
+from prefect import flow
+
+from dynatune import __version__
+from dynatune.config import validate_dict
+from dynatune.lock import WorkDirLock
+from dynatune.session import TuningSession, atomic_write_json
+from dynatune.tuner import Tuner
+from tasks.steps import compile_verify, extract, import_model, measure_defaults, tune_round
+from tasks.tracking import Tracker
+
+# progress listeners (the CLI's live view); called in-process with (event, payload)
+LISTENERS: list = []
+MAX_FAILED_ROUNDS = 3
+
+
+def _emit(event: str, payload) -> None:
+    for f in list(LISTENERS):
+        try:
+            f(event, payload)
+        except Exception:
+            pass
+
+
+@flow(name="tune_model", log_prints=False, validate_parameters=False)
+def tune_model(config: dict) -> dict:
+    config = dict(config)
+    source = config.pop("_source", "(flow parameter)")
+    cfg = validate_dict(config, source=source)
+    return run_pipeline(cfg)
+
+
+def run_pipeline(cfg) -> dict:
+    t_start = time.perf_counter()
+    os.makedirs(cfg.work_dir, exist_ok=True)
+    lock = WorkDirLock(cfg.work_dir).acquire()
+    tuner = tracker = None
+    try:
+        atomic_write_json(os.path.join(cfg.work_dir, "config.json"), cfg.to_dict())
+        model = import_model(cfg)
+        target, tasks, cache_hit = extract(model, cfg)
+        _emit("tasks", {"model": model.name, "tasks": len(tasks), "cache_hit": cache_hit})
+        session = TuningSession(tasks, target, cfg.work_dir, search=cfg.search_config(),
+                                measure=cfg.measure_config())
+        if cfg.warm_start:
+            from dynatune.warmstart import warm_start
+
+            _emit("warm_start", warm_start(session, cfg.warm_start))
+        tuner = Tuner(session, cfg.scheduler.name, budget_s=cfg.budget_s, slot_s=cfg.slot_s,
+                      seed=cfg.scheduler.seed, scheduler_params=cfg.scheduler.params)
+        prev = tuner.run_state.get("config_hash")
+        if prev and prev != cfg.config_hash():
+            from dynatune.errors import DynatuneError
+
+            raise DynatuneError(f"work directory {cfg.work_dir} holds a run of a different config",
+                                "use another --work-dir for a different model, target, scheduler or search")
+        tracker = Tracker(cfg, model, tuner.run_state.get("mlflow_run_id"))
+        tuner.save_run_state(config_hash=cfg.config_hash(), mlflow_run_id=tracker.run_id)
+        _write_task_table(cfg.work_dir, tasks, session)
+        est0 = measure_defaults(tuner)
+        tracker.log_metrics({"estimated_latency_ms": est0 * 1e3, "untuned_estimate_ms": est0 * 1e3}, step=0)
+        _emit("start", {"estimate_s": est0, "budget_s": cfg.budget_s, "elapsed_s": tuner.elapsed_s,
+                        "rounds_done": tuner.rounds_done, "resumed": tracker.resumed, "run_id": tracker.run_id})
+        failures = 0
+        while not tuner.done():
+            try:
+                rec = tune_round(tuner, tuner.rounds_done)
+                failures = 0
+            except Exception as exc:  # retried already; a failed round does not end the flow
+                failures += 1
+                _emit("round_failed", {"error": str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})
+                if failures >= MAX_FAILED_ROUNDS:
+                    raise
+                continue
+            if rec is None:
+                break
+            tracker.log_round(rec)
+            _emit("round", rec)
+        tuning_wall = time.perf_counter() - t_start
+        artifact = os.path.join(cfg.work_dir, "model.so")
+        report = compile_verify(model, target, session, cfg, artifact) if cfg.compile.verify else None
+        summary = _summary(cfg, model, tasks, tuner, report, tracker, time.perf_counter() - t_start)
+        _finish(cfg, tracker, tuner, tasks, summary)
+        _emit("done", summary)
+        if report is not None and not report.numerics_ok:
+            tracker.finish("FAILED")
+            from dynatune.errors import DynatuneError
+
+            raise DynatuneError(f"compiled model does not match ONNX Runtime: max relative error "
+                                f"{report.max_rel_err:.2e} > {cfg.compile.rel_tol:g}", "see the report in " + cfg.work_dir)
+        tracker.finish()
+        del tuning_wall
+        return summary
+    except BaseException:
+        if tracker is not None:
+            try:
+                tracker.finish("FAILED")
+            except Exception:
+                pass
+        raise
+    finally:
+        if tuner is not None:
+            tuner.close()
+        lock.release()
+
+
+def _write_task_table(work_dir, tasks, session) -> None:
+    atomic_write_json(os.path.join(work_dir, "tasks.json"), [t.as_dict() for t in tasks])
+
+
+def _summary(cfg, model, tasks, tuner, report, tracker, wall_s) -> dict:
+    trials = sum(r["result"]["trials"] for r in tuner.rounds)
+    s = {
+        "model": model.name, "model_sha256": model.sha256, "model_version": cfg.model.version,
+        "scheduler": cfg.scheduler.name, "tasks": len(tasks), "rounds": len(tuner.rounds), "trials": trials,
+        "budget_s": cfg.budget_s, "elapsed_s": round(tuner.elapsed_s, 3), "wall_s": round(wall_s, 3),
+        "estimated_latency_ms": tuner.session.estimated_latency() * 1e3,
+        "initial_estimated_latency_ms": sum(t.weight * (tuner.session.state(t.index).default_s or 0.0)
+                                            for t in tasks) * 1e3,
+        "latency_ms": None, "untuned_latency_ms": None, "onnxruntime_latency_ms": None, "max_rel_err": None,
+        "max_abs_err": None, "numerics_ok": None, "artifact": None,
+        "mlflow_run_id": tracker.run_id, "mlflow_tracking_uri": tracker.uri, "work_dir": cfg.work_dir,
+        "tracking_s": round(tracker.log_seconds, 3), "dynatune_version": __version__,
+    }
+    if report is not None:
+        s.update(latency_ms=report.latency_ms, untuned_latency_ms=report.untuned_latency_ms,
+                 onnxruntime_latency_ms=report.onnxruntime_latency_ms, max_rel_err=report.max_rel_err,
+                 max_abs_err=report.max_abs_err, numerics_ok=report.numerics_ok, artifact=report.artifact)
+        if report.untuned_latency_ms:
+            s["speedup_vs_untuned"] = report.untuned_latency_ms / report.latency_ms
+        if report.onnxruntime_latency_ms:
+            s["speedup_vs_onnxruntime"] = report.onnxruntime_latency_ms / report.latency_ms
+    return s
+
+
+def _finish(cfg, tracker, tuner, tasks, summary) -> None:
+    from dynatune import report as rp
+
+    wd = cfg.work_dir
+    out = os.path.join(wd, "report")
+    os.makedirs(out, exist_ok=True)
+    initial = summary["initial_estimated_latency_ms"] / 1e3
+    rp.convergence_plot({cfg.scheduler.name: rp.curve_from_rounds(tuner.rounds, initial)},
+                        os.path.join(out, "convergence.png"), title=f"{summary['model']} ({cfg.scheduler.name})")
+    ctx = tuner.context()
+    table = {b.task: b for b in tuner.belief_table()}
+    rp.belief_plot([{"name": t.name, "weight": t.weight, "default_s": t.default_s,
+                     "history": t.history, "gain_mean_s": table[t.index].gain_mean_s if t.index in table else 0.0,
+                     "gain_std_s": table[t.index].gain_std_s if t.index in table else 0.0, "slot_s": cfg.slot_s}
+                    for t in ctx.tasks], os.path.join(out, "beliefs.png"))
+    rp.markdown_report(summary, tuner.rounds, os.path.join(out, "report.md"))
+    atomic_write_json(os.path.join(out, "summary.json"), summary)
+    metrics = {k: summary.get(k) for k in ("latency_ms", "untuned_latency_ms", "onnxruntime_latency_ms",
+                                             "max_rel_err", "max_abs_err", "speedup_vs_untuned",
+                                             "speedup_vs_onnxruntime", "estimated_latency_ms", "wall_s")}
+    metrics["numerics_ok"] = 1.0 if summary.get("numerics_ok") else 0.0
+    tracker.log_metrics(metrics, step=len(tuner.rounds))
+    tracker.log_dict(summary, "summary.json")
+    tracker.log_dict([t.as_dict() for t in tasks], "tasks.json")
+    tracker.log_artifact(out, "report")
+    tracker.log_artifact(os.path.join(wd, "db"), "tuning_db")
+    if summary.get("artifact"):
+        tracker.log_artifact(summary["artifact"], "compiled")
+    summary["tracking_s"] = round(tracker.log_seconds, 3)
+    summary["mlflow_ui"] = tracker.ui_hint()
+    atomic_write_json(os.path.join(out, "summary.json"), summary)

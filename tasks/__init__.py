@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers around the dynatune library (and the MLflow tracking glue)."""

@@ -1,0 +1,223 @@
+"""MLflow tracking for a tuning run: one run per pipeline execution, per-round metrics in batches.
+
+Metric names and steps are the same for every run (step = round), so runs line up in the MLflow UI's
+comparison view. With no tracking URI set, MLflow writes a SQLite store in the work directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+import urllib.request
+
+from dynatune import __version__
+from dynatune.errors import DynatuneError
+
+ROUND_METRICS = ("estimated_latency_ms", "task", "belief_mean_ms", "belief_std_ms", "ucb_score", "trials",
+                 "build_errors", "run_errors", "measurements_saved", "round_wall_s", "elapsed_s", "decision_ms",
+                 "chosen_best_ms")
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Fail before tuning starts (not after an hour) when a remote tracking server does not answer."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as resp:
+                resp.read(64)
+        except Exception as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise DynatuneError(f"MLflow tracking server {uri} is unreachable ({reason})",
+                                "start it, fix tracking.uri / MLFLOW_TRACKING_URI, or unset it to use a local "
+                                "SQLite store") from None
+    elif uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///"):]
+        d = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as exc:
+            raise DynatuneError(f"cannot create the MLflow store directory {d} ({exc.strerror})") from None
+
+
+class Tracker:
+    """The MLflow side of one tuning run (created or resumed by run id)."""
+
+    def __init__(self, cfg, model, run_id: str | None = None):
+        import mlflow
+        from mlflow import MlflowClient
+
+        self.log_seconds = 0.0  # time spent talking to MLflow (reported against tuning time)
+        self.uri = cfg.tracking.uri
+        check_tracking_uri(self.uri)
+        mlflow.set_tracking_uri(self.uri)
+        self.client = MlflowClient(self.uri)
+        exp = self.client.get_experiment_by_name(cfg.tracking.experiment)
+        if exp is None:
+            loc = None
+            if self.uri.startswith("sqlite:///"):
+                loc = "file://" + os.path.join(cfg.work_dir, "mlartifacts")
+            exp_id = self.client.create_experiment(cfg.tracking.experiment, artifact_location=loc)
+        else:
+            exp_id = exp.experiment_id
+        self.experiment_id = exp_id
+        self.resumed = False
+        if run_id:
+            try:
+                run = self.client.get_run(run_id)
+                if run.info.lifecycle_stage == "active":
+                    self.run_id = run_id
+                    self.resumed = True
+                    self.client.update_run(run_id, status="RUNNING")
+            except Exception:
+                run_id = None
+        if not self.resumed:
+            tags = {
+                "model": model.name, "model_sha256": model.sha256, "model_version": cfg.model.version or "",
+                "target": json.dumps(cfg.target) if isinstance(cfg.target, dict) else str(cfg.target),
+                "scheduler": cfg.scheduler.name, "dynatune_version": __version__,
+                "config_hash": cfg.config_hash()[:16], **cfg.tracking.tags,
+            }
+            run = self.client.create_run(exp_id, run_name=cfg.tracking.run_name, tags=tags)
+            self.run_id = run.info.run_id
+            self._log_params(cfg)
+            self.log_dict(cfg.to_dict(), "config.json")
+
+    def _timed(f):  # noqa: N805
+        def wrapper(self, *a, **k):
+            t0 = time.perf_counter()
+            try:
+                return f(self, *a, **k)
+            finally:
+                self.log_seconds += time.perf_counter() - t0
+        return wrapper
+
+    def _log_params(self, cfg) -> None:
+        from mlflow.entities import Param
+
+        flat = _flatten(cfg.to_dict())
+        params = [Param(k, str(v)[:5000]) for k, v in sorted(flat.items())]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(self.run_id, params=params[i:i + 100])
+
+    @_timed
+    def log_round(self, rec) -> None:
+        from mlflow.entities import Metric
+
+        b = rec.belief or {}
+        r = rec.result
+        values = {
+            "estimated_latency_ms": rec.estimated_latency_s * 1e3,
+            "task": rec.task,
+            "belief_mean_ms": b.get("gain_mean_s", 0.0) * 1e3,
+            "belief_std_ms": b.get("gain_std_s", 0.0) * 1e3,
+            "ucb_score": b.get("score", 0.0) * 1e3,
+            "trials": r["trials"],
+            "build_errors": r["build_errors"],
+            "run_errors": r["run_errors"],
+            "measurements_saved": r.get("repeats_saved", 0),
+            "round_wall_s": rec.wall_s,
+            "elapsed_s": rec.elapsed_s,
+            "decision_ms": rec.decision_s * 1e3,
+            "chosen_best_ms": r["best_after_s"] * 1e3 if math.isfinite(r["best_after_s"]) else 0.0,
+        }
+        ts = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), ts, rec.round) for k, v in values.items() if math.isfinite(float(v))]
+        self.client.log_batch(self.run_id, metrics=metrics)
+        self.log_table(_columns(rec.beliefs), f"beliefs/round_{rec.round:04d}.json")
+
+    @_timed
+    def log_metrics(self, values: dict, step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        ms = [Metric(k, float(v), ts, step or 0) for k, v in values.items()
+              if v is not None and isinstance(v, (int, float)) and math.isfinite(float(v))]
+        if ms:
+            self.client.log_batch(self.run_id, metrics=ms)
+
+    @_timed
+    def log_table(self, data: dict, artifact_file: str) -> None:
+        import mlflow
+
+        mlflow.log_table(data=data, artifact_file=artifact_file, run_id=self.run_id)
+
+    @_timed
+    def log_dict(self, obj, artifact_file: str) -> None:
+        self.client.log_dict(self.run_id, obj, artifact_file)
+
+    @_timed
+    def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
+        if os.path.isdir(path):
+            self.client.log_artifacts(self.run_id, path, artifact_path)
+        elif os.path.exists(path):
+            self.client.log_artifact(self.run_id, path, artifact_path)
+
+    @_timed
+    def set_tags(self, tags: dict) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self.run_id, k, str(v)[:5000])
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+    def ui_hint(self) -> str:
+        base = self.uri
+        if base.startswith("sqlite:///"):
+            return (f"mlflow ui --backend-store-uri {base}  # then open http://127.0.0.1:5000/#/experiments/"
+                    f"{self.experiment_id}/runs/{self.run_id}")
+        return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = json.dumps(v) if isinstance(v, (list, dict)) else v
+    return out
+
+
+def _columns(rows: list[dict]) -> dict:
+    """Row dicts -> column dict (what mlflow.log_table takes); infinities become None."""
+    if not rows:
+        return {"task": []}
+    cols = {k: [] for k in rows[0]}
+    for r in rows:
+        for k in cols:
+            v = r.get(k)
+            if isinstance(v, float) and not math.isfinite(v):
+                v = None
+            cols[k].append(v)
+    return cols
+
+
+def read_run(uri: str, run_id: str) -> dict:
+    """Everything `dynatune report` / `compare` need from a finished (or running) MLflow run."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    try:
+        run = client.get_run(run_id)
+    except Exception as exc:
+        raise DynatuneError(f"no MLflow run {run_id!r} in {uri} ({type(exc).__name__})",
+                            "give --tracking-uri or set MLFLOW_TRACKING_URI to the store that has it") from None
+    history = {}
+    for key in ROUND_METRICS:
+        history[key] = {m.step: m.value for m in client.get_metric_history(run_id, key)}
+    rounds = []
+    for step in sorted(history["estimated_latency_ms"]):
+        rounds.append({k: history[k].get(step) for k in ROUND_METRICS} | {"round": step})
+    summary = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            p = client.download_artifacts(run_id, "summary.json", tmp)
+            with open(p) as f:
+                summary = json.load(f)
+        except Exception:
+            pass
+    return {"run": run, "rounds": rounds, "summary": summary, "tags": run.data.tags, "params": run.data.params,
+            "metrics": run.data.metrics}
