@@ -49,3 +49,40 @@ def make_tiny_onnx(path: str, batch="N", channels: int = 8, seed: int = 0, extra
     model.ir_version = 8
     onnx.save(model, path)
     return path
+
+
+def randomized_light_model(name: str, out_path: str, seed: int = 0) -> str:
+    """A light model with its ConstantOfShape weights replaced by random initializers.
+
+    The onnx package's light models carry real topologies but constant weights, which makes every output
+    identical whatever the compiler does; random weights make the numerics check meaningful.
+    """
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(light_model(name))
+    g = m.graph
+    inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    rng = np.random.default_rng(seed)
+    keep, new_inits = [], []
+    for node in g.node:
+        if node.op_type == "ConstantOfShape" and node.input and node.input[0] in inits:
+            shape = tuple(int(d) for d in inits[node.input[0]])
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+            arr = (rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))).astype(np.float32)
+            new_inits.append(numpy_helper.from_array(arr, node.output[0]))
+        else:
+            keep.append(node)
+    del g.node[:]
+    g.node.extend(keep)
+    used = {i for n in keep for i in n.input}
+    kept_inits = [i for i in g.initializer if i.name in used]
+    del g.initializer[:]
+    g.initializer.extend(kept_inits + new_inits)
+    names = {i.name for i in g.initializer}
+    real = [i for i in g.input if i.name not in names and i.name in used]
+    del g.input[:]
+    g.input.extend(real)
+    onnx.save(m, out_path)
+    return out_path

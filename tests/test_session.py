@@ -14,15 +14,16 @@ from dynatune.model import load_model
 from dynatune.session import SearchConfig, TuningSession
 from dynatune.tasks import extract_tasks
 
-from helpers import light_model
+from helpers import randomized_light_model
 
 SMALL = SearchConfig(trials_per_iter=4, population_size=32, init_min_unmeasured=16, genetic_num_iters=1)
 FAST = MeasureConfig(repeat=3, min_repeat_ms=5)
 
 
 @pytest.fixture(scope="module")
-def squeezenet(cpu_target):
-    model = load_model(light_model("squeezenet"))
+def squeezenet(cpu_target, tmp_path_factory):
+    path = randomized_light_model("squeezenet", str(tmp_path_factory.mktemp("m") / "squeezenet.onnx"))
+    model = load_model(path)
     return model, extract_tasks(model, cpu_target)
 
 
