@@ -39,7 +39,10 @@ def make_target(spec: str | dict | None = None, num_cores: int | None = None):
                 "give a kind name like 'llvm' or 'cuda', or a mapping such as {kind: llvm, mcpu: ...}",
             )
         if spec == "cuda":
-            return tvm.target.Target({"kind": "cuda", "arch": _cuda_arch()}, host=_local_cpu(cores))
+            # MetaSchedule's GPU rules need the launch limits on the target
+            return tvm.target.Target({"kind": "cuda", "arch": _cuda_arch(), "max_threads_per_block": 1024,
+                                      "max_shared_memory_per_block": 49152, "thread_warp_size": 32},
+                                     host=_local_cpu(cores))
         return tvm.target.Target(spec)
     except DynatuneError:
         raise
