@@ -59,10 +59,7 @@ def build(model, target, database=None):
         if database is not None:
             mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
         if is_gpu:
-            from tvm.s_tir import dlight as dl
-
-            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+            mod = gpu_default_schedule()(mod)
         return tvm.transform.Sequential(backend_passes(target, "dataflow_lower_passes")
                                         + backend_passes(target, "finalize_passes"))(mod)
 
@@ -72,6 +69,15 @@ def build(model, target, database=None):
     with target, database if database is not None else contextlib.nullcontext(), \
             tvm.transform.PassContext(opt_level=3):
         return relax.build(mod, target=target, relax_pipeline=pipeline)
+
+
+def gpu_default_schedule():
+    """DLight's rules: how functions without a tuned record are scheduled on a GPU (also the default
+    latency the session measures for GPU tasks)."""
+    from tvm.s_tir import dlight as dl
+
+    return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+                                   dl.gpu.Fallback())
 
 
 def export(executable, path: str) -> str:

@@ -330,12 +330,12 @@ class TuningSession:
 
 
 def _default_schedule(mod, target):
-    """The untuned schedule: the PrimFunc as lowered (CPU), or TVM's default GPU thread binding."""
+    """The untuned schedule: the PrimFunc as lowered (CPU), or the DLight rules the compiler uses (GPU)."""
     if target.kind.name in ("cuda", "rocm", "vulkan", "metal", "opencl"):
-        from tvm.s_tir.transform import DefaultGPUSchedule
+        from .compile import gpu_default_schedule
 
         with target:
-            return DefaultGPUSchedule()(mod)
+            return gpu_default_schedule()(mod)
     return mod
 
 
