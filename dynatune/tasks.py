@@ -44,17 +44,24 @@ def fuse_passes(target):
 
 
 def backend_passes(target, name: str) -> list:
-    """TVM's per-backend pass lists (the CPU backend does not export all of them at package level)."""
-    from tvm.relax import pipeline as rp
+    """TVM's per-backend pass lists, from ``tvm.relax.backend.<kind>.pipeline``.
 
-    if target.kind.name == "llvm":
-        from tvm.relax.backend.cpu_generic import pipeline as cpu
+    (Read from the backend's own module: the package-level re-exports are incomplete in TVM 0.27.)
+    """
+    import importlib
 
-        return list(getattr(cpu, name)(target))
-    try:
-        return list(getattr(rp, name)(target))
-    except (ValueError, AttributeError):
-        return []
+    from tvm.relax.pipeline import BackendDispatcher
+
+    kind = target.kind.name
+    generic = "gpu_generic" if BackendDispatcher.is_gpu_target(target) else "cpu_generic"
+    for backend in ([kind] if kind not in ("llvm",) else []) + [generic]:
+        try:
+            module = importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
+        except ImportError:
+            continue
+        if hasattr(module, name):
+            return list(getattr(module, name)(target))
+    return []
 
 
 def fuse(bound_mod, target):
