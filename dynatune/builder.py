@@ -24,6 +24,8 @@ def build_and_export(mod, target, out_dir: str) -> str:
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    if os.environ.get("DYNATUNE_FAULT_BUILD") == "crash":
+        os._exit(3)  # simulate a build worker dying (tests)
     if os.environ.get("DYNATUNE_FAULT_BUILD") and _fault_hit(mod, os.environ["DYNATUNE_FAULT_BUILD"]):
         raise RuntimeError("injected build failure (DYNATUNE_FAULT_BUILD)")
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
@@ -34,7 +36,7 @@ def build_and_export(mod, target, out_dir: str) -> str:
 
 
 def _fault_hit(mod, spec: str) -> bool:
-    """Fault injection for tests: ``all`` or a float probability."""
+    """Fault injection for tests: ``all`` or a float probability (``crash`` kills the worker instead)."""
     import random
 
     if spec == "all":

@@ -26,7 +26,9 @@ from .errors import DynatuneError
 def _quiet_env() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")  # errors are reported as one line below
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+    # the ephemeral API server's log goes to our stderr: two runs starting at once on a fresh PREFECT_HOME race
+    # on its database migrations, and the loser's server prints a traceback before Prefect restarts it
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("TVM_LOG_DEBUG", "0")
@@ -34,7 +36,9 @@ def _quiet_env() -> None:
     warnings.filterwarnings("ignore")
     import logging
 
-    for name in ("mlflow", "alembic", "prefect", "httpx"):
+    # Prefect's queue services log under their class names (e.g. "EventsWorker - Still processing items" when
+    # a run stops early): not the one line a user should see
+    for name in ("mlflow", "alembic", "prefect", "httpx", "EventsWorker", "APILogWorker"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -66,6 +70,9 @@ def cmd_tune(args) -> int:
                       budget=args.budget, scheduler=args.scheduler, work_dir=args.work_dir)
     _check_work_dir(cfg.work_dir)
     _preflight(cfg)
+    from .reaper import start_reaper
+
+    start_reaper()  # a killed run's helpers (Prefect server, TVM workers) do not outlive it
     if cfg.prefect_api_url:
         os.environ["PREFECT_API_URL"] = cfg.prefect_api_url
     from .progress import LiveView
@@ -96,18 +103,22 @@ def _preflight(cfg) -> None:
     load_model(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
     make_target(cfg.target)
     check_tracking_uri(cfg.tracking.uri)
-    lock_path = os.path.join(cfg.work_dir, ".lock")
-    if os.path.exists(lock_path):
-        from .lock import WorkDirLock
+    from .tuner import check_same_run
 
-        WorkDirLock(cfg.work_dir).acquire().release()  # says who holds it, if anyone
+    check_same_run(cfg.work_dir, cfg.config_hash())
+    from .lock import WorkDirLock
+
+    WorkDirLock(cfg.work_dir).check_free()  # says who holds it, if anyone
 
 
 def _check_work_dir(path: str) -> None:
     probe = path
     while probe and not os.path.exists(probe):
         probe = os.path.dirname(probe)
-    if probe and (not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK)):
+    if probe and not os.path.isdir(probe):
+        raise DynatuneError(f"work directory {path} cannot be created: {probe} is a file, not a directory",
+                            "choose another --work-dir")
+    if probe and not os.access(probe, os.W_OK | os.X_OK):
         raise DynatuneError(f"work directory {path} is not writable", "choose another --work-dir")
 
 

@@ -75,7 +75,17 @@ class JsonlWriter:
 
     def append(self, obj: dict) -> None:
         data = (json.dumps(obj, separators=(",", ":"), default=_plain) + "\n").encode()
-        os.write(self.fd, data)
+        view = memoryview(data)
+        start = os.fstat(self.fd).st_size
+        try:
+            while view:  # a write may be short (a signal, a full disk): finish the line
+                view = view[os.write(self.fd, view):]
+        except OSError:  # e.g. the disk is full: cut the half line, so the next append starts a clean one
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass
+            raise
         os.fsync(self.fd)
 
     def close(self) -> None:

@@ -191,6 +191,7 @@ def _to_relax(proto, shape_dict, dtype_dict, path):
         return original(self, op_name, inputs, attrs, opset)
 
     ONNXGraphImporter._convert_operator = tracking
+    failure = saved_fd2 = None
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
@@ -198,11 +199,35 @@ def _to_relax(proto, shape_dict, dtype_dict, path):
             mod = tvm.relax.transform.Normalize()(mod)
     except Exception as exc:
         where = f" at op {current['op']!r} (node {current['node']!r})" if current else ""
-        raise DynatuneError(f"TVM could not import {os.path.basename(path)}{where}: {_node_hint(exc)}",
-                            "check the model's shapes with onnx.shape_inference or give --shape") from None
+        failure = f"TVM could not import {os.path.basename(path)}{where}: {_node_hint(exc)}"
+        # the failed import's half-built BlockBuilder dies with `exc`, and its C++ destructor prints a warning
+        # straight to stderr ("BlockBuilder destroyed with remaining blocks"): let it die now, unheard
+        saved_fd2 = _mute_stderr()
     finally:
         ONNXGraphImporter._convert_operator = original
+    if failure is not None:
+        import gc
+
+        gc.collect()
+        _restore_stderr(saved_fd2)
+        raise DynatuneError(failure, "check the model's shapes with onnx.shape_inference or give --shape")
     return mod
+
+
+def _mute_stderr():
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    return saved
+
+
+def _restore_stderr(saved) -> None:
+    os.dup2(saved, 2)
+    os.close(saved)
 
 
 def _node_hint(exc: Exception) -> str:

@@ -56,8 +56,9 @@ class LiveView:
                       + (" (from cache)" if payload.get("cache_hit") else ""))
         elif event == "start":
             self.last_est = payload["estimate_s"]
-            what = "resuming" if payload.get("resumed") or payload.get("rounds_done") else "starting"
-            self._say(f"{what}: untuned estimate {payload['estimate_s'] * 1e3:.2f} ms, "
+            what = "resuming: estimate" if payload.get("resumed") or payload.get("rounds_done") else \
+                "starting: untuned estimate"
+            self._say(f"{what} {payload['estimate_s'] * 1e3:.2f} ms, "
                       f"{payload['rounds_done']} rounds done, {payload['elapsed_s']:.0f}/{payload['budget_s']:.0f} s "
                       f"spent (MLflow run {payload['run_id']})")
             if self.progress:
@@ -73,6 +74,8 @@ class LiveView:
                 self.live.update(self._render())
             else:
                 self._say("round {0:>3}  {1:<40} trials {2:>4}  gain {3:>9} ms  est {4:>9} ms  {5:>5} s".format(*row))
+        elif event == "retired":
+            self._say(f"task {payload['task']} ({payload['task_name']}) retired: {payload['note']}")
         elif event == "round_failed":
             self._say(f"round failed (continuing): {payload['error']}")
         elif event == "warm_start":

@@ -65,6 +65,7 @@ class RoundResult:
     repeats: int = 0  # measurement repeats actually run
     repeats_saved: int = 0  # repeats the adaptive evaluator did not need, vs. its maximum
     errors: list[str] = field(default_factory=list)
+    note: str = ""  # why the task was retired (set when ``exhausted``)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -81,6 +82,11 @@ class TaskState:
     history: list = field(default_factory=list)  # [seconds, trials, best_s] after each slot
     exhausted: bool = False
     note: str = ""
+    fail_streak: int = 0  # candidates in a row that failed to build or run (across slots and processes)
+
+
+# a task is retired after this many batches in a row in which no candidate built and ran
+RETIRE_AFTER_FAILED_BATCHES = 3
 
 
 class TuningSession:
@@ -94,6 +100,7 @@ class TuningSession:
         self.search = search or SearchConfig()
         self.measure = measure or MeasureConfig()
         os.makedirs(work_dir, exist_ok=True)
+        remove_leftovers(work_dir)
         self.db = TuningDatabase(os.path.join(work_dir, "db"))
         self.state_path = os.path.join(work_dir, "session.json")
         self.cost_model_path = os.path.join(work_dir, "cost_model")
@@ -217,6 +224,7 @@ class TuningSession:
         start = time.perf_counter()
         if st.exhausted:
             res.exhausted = True
+            res.note = st.note
             res.best_after_s = res.best_before_s
             return res
         t0 = time.perf_counter()
@@ -238,7 +246,7 @@ class TuningSession:
             res.search_s += time.perf_counter() - t0
             if not cands:
                 st.exhausted = True
-                st.note = "search space exhausted"
+                st.note = res.note = "search space exhausted"
                 res.exhausted = True
                 break
             results, build_s, measure_s = self._build_and_run(cands, incumbent_s=self.best_latency(i))
@@ -255,7 +263,9 @@ class TuningSession:
                     else:
                         res.run_errors += 1
                     res.errors.append(_short(r.error_msg))
+                    st.fail_streak += 1
                 else:
+                    st.fail_streak = 0
                     ok_c.append(c)
                     ok_r.append(r)
                     res.repeats += len(secs)
@@ -267,9 +277,11 @@ class TuningSession:
             res.trials += len(cands)
             res.search_s += time.perf_counter() - t0
             batch_s = time.perf_counter() - b0
-            if res.trials >= 3 * len(cands) and not ok_c and res.build_errors + res.run_errors >= res.trials:
+            if st.fail_streak >= RETIRE_AFTER_FAILED_BATCHES * self.search.trials_per_iter:
+                # every candidate of the last batches (in this slot or earlier ones) failed: retire the task
                 st.exhausted = True
-                st.note = "retired: no candidate builds or runs (" + res.errors[-1] + ")"
+                st.note = res.note = (f"retired: the last {st.fail_streak} candidates failed to build or run "
+                                      f"({res.errors[-1]})")
                 res.exhausted = True
                 break
         res.wall_s = time.perf_counter() - start
@@ -349,10 +361,52 @@ def atomic_write_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
+def remove_leftovers(work_dir: str) -> None:
+    """Delete what a killed process left half-done: ``NAME.tmp<pid>`` files of :func:`atomic_write_json`
+    and ``tmp-build-<pid>`` candidate directories, of processes that are no longer running."""
+    import re
+    import shutil
+
+    for d in (work_dir, os.path.join(work_dir, "report")):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            m = re.fullmatch(r".+\.tmp(\d+)|tmp-build-(\d+)", name)
+            if not m or _pid_alive(int(m.group(1) or m.group(2))):
+                continue
+            path = os.path.join(d, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, not ours
+        return True
+    return True
+
+
 def _finite_or_none(x: float):
     return x if math.isfinite(x) else None
 
 
 def _short(msg) -> str:
+    """One line for an error message: its first line, and its last when that says more (a runner's
+    ``LocalRunner: An exception occurred`` is followed by the worker's traceback, whose last line is the cause)."""
     lines = [ln.strip() for ln in str(msg or "").strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else "unknown error")[:200]
+    if not lines:
+        return "unknown error"
+    text = lines[0] if len(lines) == 1 else f"{lines[0].rstrip(':')}: {lines[-1]}"
+    return text[:200]

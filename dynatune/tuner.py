@@ -3,7 +3,8 @@
 Everything a run needs to continue after a crash lives in the work directory and is written atomically:
 
 - ``db/``: every measured record (see :mod:`dynatune.database`), ``session.json``, ``cost_model``;
-- ``rounds.jsonl``: one fsync'ed line per finished round (the round's result and its belief row);
+- ``rounds.jsonl``: one fsync'ed line per finished round (the round's result, its belief row and the
+  scheduler's state after it);
 - ``run.json``: round counter, tuning seconds spent, scheduler state, tracking run id.
 
 A re-run of the same config continues from the next round: finished rounds are not repeated, and the
@@ -19,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .database import JsonlWriter, read_jsonl
+from .errors import DynatuneError
 from .schedulers import Belief, RoundContext, TaskView, make_scheduler
 from .session import RoundResult, TuningSession, atomic_write_json
 
@@ -35,6 +37,7 @@ class RoundRecord:
     decision_s: float
     wall_s: float
     beliefs: list = field(default_factory=list)  # the full table (not stored in rounds.jsonl)
+    scheduler_state: dict = field(default_factory=dict)  # after this round (stored with it: one atomic line)
 
     def line(self) -> dict:
         d = asdict(self)
@@ -56,6 +59,9 @@ class Tuner:
         self.rounds_path = os.path.join(wd, "rounds.jsonl")
         self.rounds: list[dict] = read_jsonl(self.rounds_path)
         self.run_state = self._load_run_state()
+        if self.rounds and "scheduler_state" in self.rounds[-1]:
+            # the state written with the last round: run.json may be one round behind after a kill
+            self.run_state["scheduler_state"] = self.rounds[-1]["scheduler_state"]
         if self.run_state.get("scheduler_state"):
             self.scheduler.load_state_dict(self.run_state["scheduler_state"])
         self._writer = JsonlWriter(self.rounds_path)
@@ -136,7 +142,7 @@ class Tuner:
                           result=res.as_dict(), belief=asdict(row) if row else {},
                           estimated_latency_s=self.session.estimated_latency(), elapsed_s=self.elapsed_s,
                           decision_s=decision_s, wall_s=time.perf_counter() - start,
-                          beliefs=[asdict(b) for b in table])
+                          beliefs=[asdict(b) for b in table], scheduler_state=self.scheduler.state_dict())
         self._writer.append(rec.line())
         self.rounds.append(rec.line())
         self.save_run_state()
@@ -149,3 +155,18 @@ class Tuner:
         self._writer.close()
         self.save_run_state()
         self.session.close()
+
+
+def check_same_run(work_dir: str, config_hash: str) -> None:
+    """Refuse (before anything is written) a work directory that holds a run of a different config."""
+    path = os.path.join(work_dir, "run.json")
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path) as f:
+            prev = json.load(f).get("config_hash")
+    except (OSError, ValueError) as exc:
+        raise DynatuneError(f"cannot read {path} ({exc})", "use another --work-dir") from None
+    if prev and prev != config_hash:
+        raise DynatuneError(f"work directory {work_dir} holds a run of a different config",
+                            "use another --work-dir for a different model, target, scheduler or search")

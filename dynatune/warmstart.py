@@ -13,6 +13,7 @@ import os
 
 from .database import TuningDatabase
 from .errors import DynatuneError
+from .session import atomic_write_json
 
 
 def warm_start(session, sources: list[str]) -> dict:
@@ -46,8 +47,7 @@ def warm_start(session, sources: list[str]) -> dict:
         report["records"] += n
     report["matched_tasks"] = len(matched)
     session.save_state()
-    with open(done_path, "w") as f:
-        json.dump(done, f)
+    atomic_write_json(done_path, done)  # a kill mid-write must not leave a file the next run cannot read
     return report
 
 

@@ -19,7 +19,7 @@ from dynatune import __version__
 from dynatune.config import validate_dict
 from dynatune.lock import WorkDirLock
 from dynatune.session import TuningSession, atomic_write_json
-from dynatune.tuner import Tuner
+from dynatune.tuner import Tuner, check_same_run
 from tasks.steps import compile_verify, extract, import_model, measure_defaults, tune_round
 from tasks.tracking import Tracker
 
@@ -47,9 +47,10 @@ def tune_model(config: dict) -> dict:
 def run_pipeline(cfg) -> dict:
     t_start = time.perf_counter()
     os.makedirs(cfg.work_dir, exist_ok=True)
-    lock = WorkDirLock(cfg.work_dir).acquire()
+    lock = WorkDirLock(cfg.work_dir).acquire(wait_s=2.0)
     tuner = tracker = None
     try:
+        check_same_run(cfg.work_dir, cfg.config_hash())  # before anything in the work dir is written
         atomic_write_json(os.path.join(cfg.work_dir, "config.json"), cfg.to_dict())
         model = import_model(cfg)
         target, tasks, cache_hit = extract(model, cfg)
@@ -62,17 +63,17 @@ def run_pipeline(cfg) -> dict:
             _emit("warm_start", warm_start(session, cfg.warm_start))
         tuner = Tuner(session, cfg.scheduler.name, budget_s=cfg.budget_s, slot_s=cfg.slot_s,
                       seed=cfg.scheduler.seed, scheduler_params=cfg.scheduler.params)
-        prev = tuner.run_state.get("config_hash")
-        if prev and prev != cfg.config_hash():
-            from dynatune.errors import DynatuneError
-
-            raise DynatuneError(f"work directory {cfg.work_dir} holds a run of a different config",
-                                "use another --work-dir for a different model, target, scheduler or search")
         tracker = Tracker(cfg, model, tuner.run_state.get("mlflow_run_id"))
         tuner.save_run_state(config_hash=cfg.config_hash(), mlflow_run_id=tracker.run_id)
         _write_task_table(cfg.work_dir, tasks, session)
         est0 = measure_defaults(tuner)
-        tracker.log_metrics({"estimated_latency_ms": est0 * 1e3, "untuned_estimate_ms": est0 * 1e3}, step=0)
+        if not (tracker.resumed and tracker.has_metric("untuned_estimate_ms")):  # step 0 is logged once per run
+            tracker.log_metrics({"estimated_latency_ms": est0 * 1e3, "untuned_estimate_ms": est0 * 1e3}, step=0)
+        for t in tasks:  # a task whose untuned schedule does not build or run is never tuned: say why
+            st = session.state(t.index)
+            if st.note and st.default_s is not None and not math.isfinite(st.default_s):
+                tracker.set_tags({f"retired.task{t.index}": f"{t.name}: {st.note}"})
+                _emit("retired", {"task": t.index, "task_name": t.name, "note": st.note})
         _emit("start", {"estimate_s": est0, "budget_s": cfg.budget_s, "elapsed_s": tuner.elapsed_s,
                         "rounds_done": tuner.rounds_done, "resumed": tracker.resumed, "run_id": tracker.run_id})
         failures = 0
@@ -90,6 +91,8 @@ def run_pipeline(cfg) -> dict:
                 break
             tracker.log_round(rec)
             _emit("round", rec)
+            if rec.result.get("exhausted") and rec.result.get("note"):  # retired this round (log_round tags it)
+                _emit("retired", {"task": rec.task, "task_name": rec.task_name, "note": rec.result["note"]})
         tuning_wall = time.perf_counter() - t_start
         artifact = os.path.join(cfg.work_dir, "model.so")
         report = compile_verify(model, target, session, cfg, artifact) if cfg.compile.verify else None
@@ -135,6 +138,8 @@ def _summary(cfg, model, tasks, tuner, report, tracker, wall_s) -> dict:
         "max_abs_err": None, "numerics_ok": None, "artifact": None,
         "mlflow_run_id": tracker.run_id, "mlflow_tracking_uri": tracker.uri, "work_dir": cfg.work_dir,
         "tracking_s": round(tracker.log_seconds, 3), "dynatune_version": __version__,
+        "retired_tasks": {t.name: tuner.session.state(t.index).note for t in tasks
+                          if tuner.session.state(t.index).note},  # why tasks stopped being tuned
     }
     if report is not None:
         s.update(latency_ms=report.latency_ms, untuned_latency_ms=report.untuned_latency_ms,

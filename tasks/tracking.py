@@ -126,6 +126,8 @@ class Tracker:
         metrics = [Metric(k, float(v), ts, rec.round) for k, v in values.items() if math.isfinite(float(v))]
         self.client.log_batch(self.run_id, metrics=metrics)
         self.log_table(_columns(rec.beliefs), f"beliefs/round_{rec.round:04d}.json")
+        if r.get("exhausted") and r.get("note"):  # the task was retired this round: say why, on the run
+            self.client.set_tag(self.run_id, f"retired.task{rec.task}", f"{rec.task_name}: {r['note']}"[:5000])
 
     @_timed
     def log_metrics(self, values: dict, step: int | None = None) -> None:
@@ -158,6 +160,10 @@ class Tracker:
     def set_tags(self, tags: dict) -> None:
         for k, v in tags.items():
             self.client.set_tag(self.run_id, k, str(v)[:5000])
+
+    def has_metric(self, key: str) -> bool:
+        """Whether the run already has a value of metric ``key`` (a resumed run logs step 0 only once)."""
+        return bool(self.client.get_metric_history(self.run_id, key))
 
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status)
