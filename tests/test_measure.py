@@ -1,0 +1,99 @@
+"""The adaptive evaluator (AdaTune) on synthetic noisy timings, and inside MetaSchedule's runner."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dynatune.measure import MeasureConfig, adaptive_repeats, interval, stop_reason, t95, trim_outliers
+
+ARGS = dict(min_repeats=3, max_repeats=20, batch=2, rel_tol=0.02, race_factor=1.5)
+
+
+def timings(noise: float, mean: float = 1e-3, seed: int = 0, outlier_at: int | None = None):
+    rng = np.random.default_rng(seed)
+
+    def measure(k):
+        out = list(mean * (1 + noise * rng.standard_normal(k)))
+        if outlier_at is not None and measure.n <= outlier_at < measure.n + k:
+            out[outlier_at - measure.n] = mean * 5
+        measure.n += k
+        return out
+
+    measure.n = 0
+    return measure
+
+
+def test_low_noise_stops_at_min_repeats():
+    xs = adaptive_repeats(timings(0.001), incumbent=None, **ARGS)
+    assert len(xs) == 3
+    assert stop_reason(xs, 3, 20, 0.02, 1.5, None) == "settled"
+
+
+def test_high_noise_needs_more_repeats():
+    low = [len(adaptive_repeats(timings(0.005, seed=s), incumbent=None, **ARGS)) for s in range(20)]
+    high = [len(adaptive_repeats(timings(0.03, seed=s), incumbent=None, **ARGS)) for s in range(20)]
+    assert np.mean(high) > np.mean(low) + 2
+    assert max(high) <= 20
+
+
+def test_very_noisy_stops_at_max_repeats():
+    xs = adaptive_repeats(timings(0.5), incumbent=None, **ARGS)
+    assert len(xs) == 20 and stop_reason(xs, 3, 20, 0.02, 1.5, None) == "max_repeats"
+
+
+def test_clearly_slow_candidate_is_raced_out():
+    # noisy enough never to settle in 3 repeats, but 3x slower than the incumbent
+    xs = adaptive_repeats(timings(0.1, mean=3e-3), incumbent=1e-3, **ARGS)
+    assert len(xs) <= 4
+    assert stop_reason(xs, 3, 20, 0.02, 1.5, 1e-3) in ("raced", "settled")
+    mean, half = interval(xs)
+    assert mean - half > 1.5e-3
+
+
+def test_competitive_candidate_is_not_raced():
+    xs = adaptive_repeats(timings(0.1, mean=1.05e-3), incumbent=1e-3, **ARGS)
+    assert stop_reason(xs, 3, 20, 0.02, 1.5, 1e-3) != "raced"
+
+
+def test_never_empty_and_outliers_trimmed():
+    for k in range(1, 5):
+        xs = adaptive_repeats(lambda n: [1e-3] * n, min_repeats=k, max_repeats=k, batch=1, rel_tol=0.02,
+                              race_factor=1.5, incumbent=None)
+        assert len(xs) >= 1
+    xs = [1e-3, 1.001e-3, 0.999e-3, 1.0005e-3, 5e-3]  # one batch hit by a context switch
+    assert len(trim_outliers(xs)) == 4
+    mean, half = interval(xs)
+    assert mean == pytest.approx(1e-3, rel=1e-2) and half / mean < 0.02
+
+
+def test_t_quantiles():
+    assert t95(1) == pytest.approx(12.706) and t95(4) == pytest.approx(2.776) and t95(10**6) == 1.96
+    assert math.isinf(t95(0))
+
+
+def test_fixed_protocol_uses_exactly_repeat(cpu_target, tmp_path):
+    """Both protocols run inside MetaSchedule's real runner worker; adaptive stops early on a kernel."""
+    from dynatune.model import load_model
+    from dynatune.session import SearchConfig, TuningSession
+    from dynatune.tasks import extract_tasks
+
+    from helpers import make_tiny_onnx
+
+    model = load_model(make_tiny_onnx(str(tmp_path / "t.onnx"), batch=1, channels=16))
+    tasks = extract_tasks(model, cpu_target)
+    small = SearchConfig(trials_per_iter=4, population_size=32, init_min_unmeasured=16, genetic_num_iters=1)
+    out = {}
+    for adaptive in (False, True):
+        cfg = MeasureConfig(adaptive=adaptive, repeat=6, min_repeats=3, max_repeats_adaptive=12, min_repeat_ms=5,
+                            rel_tol=0.05)
+        sess = TuningSession(tasks, cpu_target, str(tmp_path / f"w{adaptive}"), search=small, measure=cfg)
+        r = sess.tune(0, trials=4)
+        sess.close()
+        ok = r.trials - r.build_errors - r.run_errors
+        assert ok >= 1
+        out[adaptive] = (r.repeats, ok, r.repeats_saved)
+    reps, ok, saved = out[False]
+    assert reps == 6 * ok and saved == 0
+    reps, ok, saved = out[True]
+    assert 3 * ok <= reps <= 12 * ok and saved == 12 * ok - reps
