@@ -134,13 +134,24 @@ def adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, *, min_r
     return adaptive_repeats(measure_batch, min_repeats, max_repeats, batch, rel_tol, race_factor, incumbent)
 
 
-def evaluator_for(cfg: MeasureConfig, incumbent: float | None):
+def rpc_adaptive_evaluator(session, rt_mod, device, evaluator_config, repeated_args, **kwargs):
+    """``f_run_evaluator`` for MetaSchedule's ``RPCRunner``, whose evaluators also get the RPC session.
+
+    It runs in the local runner worker; ``rt_mod`` and ``device`` are remote handles, so every timing
+    batch runs on the device server and only the timings come back.
+    """
+    del session
+    return adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, **kwargs)
+
+
+def evaluator_for(cfg: MeasureConfig, incumbent: float | None, rpc: bool = False):
+    f = rpc_adaptive_evaluator if rpc else adaptive_evaluator
     if cfg.adaptive:
-        return partial(adaptive_evaluator, min_repeats=cfg.min_repeats, max_repeats=cfg.max_repeats_adaptive,
+        return partial(f, min_repeats=cfg.min_repeats, max_repeats=cfg.max_repeats_adaptive,
                        batch=cfg.batch, rel_tol=cfg.rel_tol, race_factor=cfg.race_factor,
                        incumbent=incumbent if incumbent and math.isfinite(incumbent) else None)
     # the fixed protocol is the adaptive one that never settles early: exactly `repeat` repeats
-    return partial(adaptive_evaluator, min_repeats=cfg.repeat, max_repeats=cfg.repeat, batch=cfg.repeat,
+    return partial(f, min_repeats=cfg.repeat, max_repeats=cfg.repeat, batch=cfg.repeat,
                    rel_tol=-1.0, race_factor=math.inf, incumbent=None)
 
 
@@ -153,13 +164,21 @@ class Runner:
         self.cfg = cfg
         self.evaluator_config = EvaluatorConfig(number=cfg.number, repeat=1, min_repeat_ms=cfg.min_repeat_ms,
                                                 enable_cpu_cache_flush=cfg.cpu_cache_flush)
-        f = evaluator_for(cfg, None)
+        self.rpc = bool(cfg.rpc)
+        f = evaluator_for(cfg, None, rpc=self.rpc)
         if cfg.rpc:
             rpc = RPCConfig(tracker_host=cfg.rpc["tracker_host"], tracker_port=int(cfg.rpc["tracker_port"]),
                             tracker_key=cfg.rpc["tracker_key"],
                             session_timeout_sec=int(cfg.rpc.get("session_timeout_s", max(10, cfg.timeout_s))))
+            workers = int(cfg.rpc.get("max_workers", 1))
             self.inner = RPCRunner(rpc_config=rpc, evaluator_config=self.evaluator_config,
-                                   max_workers=int(cfg.rpc.get("max_workers", 1)), f_run_evaluator=f)
+                                   max_workers=workers, f_run_evaluator=f)
+            # RPCRunner's own pool has no time limit: a device server that hangs mid-measurement would
+            # block the round forever. Give each candidate the session timeout (plus time to connect).
+            from tvm.support.popen_pool import PopenPoolExecutor
+
+            self.inner.pool.shutdown(wait=False)
+            self.inner.pool = PopenPoolExecutor(max_workers=workers, timeout=rpc.session_timeout_sec + 10)
         else:
             self.inner = LocalRunner(timeout_sec=cfg.timeout_s, evaluator_config=self.evaluator_config,
                                      f_run_evaluator=f)
@@ -167,7 +186,7 @@ class Runner:
     def set_incumbent(self, incumbent_s: float | None) -> None:
         """Racing compares each candidate with the task's best latency so far."""
         if self.cfg.adaptive:
-            self.inner.f_run_evaluator = evaluator_for(self.cfg, incumbent_s)
+            self.inner.f_run_evaluator = evaluator_for(self.cfg, incumbent_s, rpc=self.rpc)
 
     def run(self, runner_inputs):
         if not runner_inputs:
