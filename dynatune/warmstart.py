@@ -2,7 +2,8 @@
 
 Tasks are matched by their stable key (structural hash of the PrimFunc). A matched task gets the earlier
 records (so it starts at its best known latency and its search starts from those schedules), its untuned
-latency, and its history (so its belief carries over). Only new or changed operators need real tuning.
+latency (also when it was measured but never tuned there, so it is not measured again), and its history
+(so its belief carries over). Only new or changed operators need real tuning.
 Runs already warm-started from a directory are not imported twice.
 """
 
@@ -31,9 +32,10 @@ def warm_start(session, sources: list[str]) -> dict:
             report["sources"].append({"path": src, "skipped": "already imported"})
             continue
         other = TuningDatabase(db_dir, read_only=True)
-        common = keys & set(other.keys())
-        n = session.db.import_records(other, common)
+        n = session.db.import_records(other, keys & set(other.keys()))
         states = _states(os.path.join(src, "session.json"))
+        # matched: tuned there (records), or only measured there (its untuned latency is still valid)
+        common = keys & (set(other.keys()) | set(states))
         for key in common:
             st, old = session.states[key], states.get(key)
             if old and not st.history:
