@@ -7,6 +7,8 @@
     dynatune report RUN_ID [--tracking-uri URI] [--out DIR]
     dynatune compare RUN_ID... [--tracking-uri URI] [--out PNG]
     dynatune bench replay [--json] | dynatune bench live ...
+    dynatune serve [CONFIG...] [--cron "0 2 * * *"] [--watch NAME]... [--watch-config CONFIG]
+                   [--tracking-uri URI] [--every MINUTES] [--dry-run]
 
 Bad input gets one line on stderr (``error: ...``) and exit status 2; nothing already saved is touched.
 """
@@ -78,6 +80,8 @@ def cmd_tune(args) -> int:
     from .progress import LiveView
 
     view = LiveView(cfg, quiet=False)
+    # before Prefect starts: this import is ~4x slower inside a flow run (see import_tvm_intrinsics)
+    import tvm.s_tir.tensor_intrin  # noqa: F401
     import flows.tune_model as ftm
 
     ftm.LISTENERS.append(view.on_event)
@@ -233,6 +237,33 @@ def cmd_compare(args) -> int:
     return 0
 
 
+# -- serve --------------------------------------------------------------------------------------------
+def cmd_serve(args) -> int:
+    """Register the scheduled deployments with Prefect and run their flow runs here (until Ctrl-C)."""
+    if not args.configs and not args.watch:
+        raise DynatuneError("nothing to serve", "give one or more configs to retune nightly, and/or --watch NAME")
+    for path in args.configs:
+        if not os.path.isfile(path):
+            raise DynatuneError(f"config file {path} not found")
+    if args.watch_config and not os.path.isfile(args.watch_config):
+        raise DynatuneError(f"config file {args.watch_config} not found")
+    if args.every <= 0:
+        raise DynatuneError(f"--every must be > 0 minutes, got {args.every:g}")
+    from flows.serve import build_deployments, serve_deployments
+
+    deps = build_deployments(args.configs, cron=args.cron, timezone=args.timezone, watch=args.watch,
+                             watch_config=args.watch_config, tracking_uri=args.tracking_uri,
+                             every_minutes=args.every, work_root=args.work_root)
+    for d in deps:
+        sched = "; ".join(str(getattr(s.schedule, "cron", None) or getattr(s.schedule, "interval", "")) for s in
+                          (d.schedules or []))
+        print(f"deployment {d.flow_name}/{d.name}: {sched}  {d.parameters}", flush=True)
+    if args.dry_run:
+        return 0
+    serve_deployments(deps, limit=args.limit)
+    return 0
+
+
 # -- bench --------------------------------------------------------------------------------------------
 def cmd_bench(args) -> int:
     if args.bench == "replay":
@@ -294,6 +325,20 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--tracking-uri")
     m.add_argument("--out")
     m.set_defaults(func=cmd_compare)
+
+    v = sub.add_parser("serve", help="serve the scheduled deployments here: nightly retunes, registry watcher")
+    v.add_argument("configs", nargs="*", help="configs to retune nightly (one deployment each)")
+    v.add_argument("--cron", default="0 2 * * *", help="schedule of the nightly retunes (default: 0 2 * * *)")
+    v.add_argument("--timezone", default="UTC", help="time zone of --cron (default UTC)")
+    v.add_argument("--watch", action="append", metavar="NAME",
+                   help="registered model (MLflow Model Registry) to tune on every new version; repeatable")
+    v.add_argument("--watch-config", help="config for the registry-triggered runs (budget, search, ...)")
+    v.add_argument("--tracking-uri", help="the registry's store (default $MLFLOW_TRACKING_URI)")
+    v.add_argument("--every", type=float, default=10.0, help="minutes between registry checks (default 10)")
+    v.add_argument("--work-root", default="runs/registry", help="work dirs of registry-triggered runs")
+    v.add_argument("--limit", type=int, default=1, help="flow runs at once (default 1: one tuning per machine)")
+    v.add_argument("--dry-run", action="store_true", help="print the deployments and exit")
+    v.set_defaults(func=cmd_serve)
 
     b = sub.add_parser("bench", help="benchmarks: replay (recorded traces) or live (real tuning)")
     b.add_argument("bench", choices=["replay", "live"])

@@ -7,10 +7,14 @@ ephemeral mode; without a tracking URI MLflow writes ``<work_dir>/mlflow.db``.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import math
 import os
 import shutil
+import sys
+import threading
 import time
 
 from prefect import flow
@@ -37,11 +41,82 @@ def _emit(event: str, payload) -> None:
 
 
 @flow(name="tune_model", log_prints=False, validate_parameters=False)
-def tune_model(config: dict) -> dict:
-    config = dict(config)
-    source = config.pop("_source", "(flow parameter)")
-    cfg = validate_dict(config, source=source)
+def tune_model(config: dict | str, retune: bool = False) -> dict:
+    """Tune one model. ``config``: a resolved config dict, or the path of a YAML config (read when the
+    flow runs, so a scheduled deployment picks up edits). ``retune``: a fresh run in a new dated work
+    directory under ``<work_dir>/retune/``, warm-started from the newest earlier run of the same config
+    (what the nightly deployments do; see :func:`retune_config`)."""
+    if isinstance(config, str):
+        from dynatune.config import load_config
+
+        cfg = load_config(config)
+    else:
+        config = dict(config)
+        source = config.pop("_source", "(flow parameter)")
+        cfg = validate_dict(config, source=source)
+    if retune:
+        cfg = retune_config(cfg)
     return run_pipeline(cfg)
+
+
+def retune_config(cfg, now: datetime.datetime | None = None):
+    """The config of a retune of ``cfg``: same model, search, store; a new dated work directory.
+
+    The new run is warm-started from the newest earlier run of this config that has records (the base
+    work dir or an earlier retune), so matched tasks start at their best known schedules and the search
+    carries on from them; it is tracked as a new MLflow run (``trigger=retune``) in the same store and
+    experiment, so nightly runs line up in the MLflow UI.
+    """
+    stamp = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    base = cfg.work_dir
+    work_dir = os.path.join(base, "retune", stamp)
+    prev = latest_run_dir(base)
+    warm = list(cfg.warm_start)
+    if prev and prev not in warm:
+        warm.append(prev)
+    tracking = dataclasses.replace(cfg.tracking, run_name=cfg.tracking.run_name or f"retune-{stamp}",
+                                   tags={**cfg.tracking.tags, "trigger": "retune", "retune_of": base})
+    return dataclasses.replace(cfg, work_dir=work_dir, warm_start=warm, tracking=tracking)
+
+
+def latest_run_dir(base: str) -> str | None:
+    """The newest of ``base`` and ``base/retune/*`` that holds tuning records (None if none does)."""
+    def has_records(d):
+        p = os.path.join(d, "db", "records.jsonl")
+        return os.path.exists(p) and os.path.getsize(p) > 0
+
+    root = os.path.join(base, "retune")
+    dated = sorted(os.listdir(root), reverse=True) if os.path.isdir(root) else []
+    for d in [os.path.join(root, x) for x in dated] + [base]:
+        if has_records(d):
+            return d
+    return None
+
+
+def import_tvm_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` (the first tuning slot needs it) from a fresh thread.
+
+    TVMScript's parser calls ``inspect.stack()`` for each of its ~250 intrinsics, and every frame costs
+    a scan of ``sys.modules``. Inside a Prefect flow run the stack is ~30 frames deep and ``sys.modules``
+    holds Prefect and MLflow: the import took ~85 s there instead of ~20 s at top level. A fresh
+    thread has a shallow stack (~30 s in a flow run). The caller waits for it, so no two threads ever
+    import the same modules at once.
+    """
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            import tvm.s_tir.tensor_intrin  # noqa: F401
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            errors.append(exc)
+
+    t = threading.Thread(target=work, name="dynatune-import-tvm", daemon=True)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
 
 
 def run_pipeline(cfg) -> dict:
@@ -54,6 +129,7 @@ def run_pipeline(cfg) -> dict:
         atomic_write_json(os.path.join(cfg.work_dir, "config.json"), cfg.to_dict())
         model = import_model(cfg)
         target, tasks, cache_hit = extract(model, cfg)
+        import_tvm_intrinsics()
         _emit("tasks", {"model": model.name, "tasks": len(tasks), "cache_hit": cache_hit})
         session = TuningSession(tasks, target, cfg.work_dir, search=cfg.search_config(),
                                 measure=cfg.measure_config())
