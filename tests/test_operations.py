@@ -441,3 +441,36 @@ def test_rpc_tracker_farm_with_adaptive_measurement(cpu_target, tmp_path):
         for srv in servers:
             srv.terminate()
         tracker.terminate()
+
+
+def test_retune_config_is_a_new_dated_run_warm_started_from_the_newest(tmp_path):
+    """What each nightly run tunes: a new work dir, the same store, warm-started from the newest earlier run."""
+    import datetime
+
+    from dynatune.config import load_config
+    from flows.tune_model import latest_run_dir, retune_config
+
+    base = tmp_path / "work"
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(f"work_dir: {base}\nwarm_start: [{tmp_path / 'older'}]\ntracking: {{tags: {{team: a}}}}\n")
+    cfg = load_config(str(cfg_path))
+    assert latest_run_dir(str(base)) is None  # nothing tuned yet: no warm start from it
+    night1 = datetime.datetime(2026, 1, 2, 2, 0, tzinfo=datetime.timezone.utc)
+    r1 = retune_config(cfg, now=night1)
+    assert r1.work_dir == str(base / "retune" / "20260102T020000Z")
+    assert r1.warm_start == [str(tmp_path / "older")]
+    assert r1.tracking.uri == cfg.tracking.uri and r1.tracking.experiment == cfg.tracking.experiment
+    assert r1.tracking.tags == {"team": "a", "trigger": "retune", "retune_of": str(base)}
+    assert r1.tracking.run_name == "retune-20260102T020000Z"
+    assert r1.config_hash() == cfg.config_hash()  # same model, target, search: the same tuning problem
+
+    def records(d):
+        os.makedirs(d / "db", exist_ok=True)
+        (d / "db" / "records.jsonl").write_text('{"key": "k", "record": []}\n')
+
+    records(base)
+    assert retune_config(cfg, now=night1).warm_start[-1] == str(base)
+    records(base / "retune" / "20260102T020000Z")
+    (base / "retune" / "20260103T020000Z").mkdir()  # a night that crashed before any record
+    r3 = retune_config(cfg, now=night1 + datetime.timedelta(days=2))
+    assert r3.warm_start == [str(tmp_path / "older"), str(base / "retune" / "20260102T020000Z")]
