@@ -28,6 +28,9 @@ from .errors import DynatuneError
 def _quiet_env() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")  # errors are reported as one line below
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Prefect's local API server starts in ~10 s, but a busy 2-core machine can take longer than its
+    # default 20 s wait
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     # the ephemeral API server's log goes to our stderr: two runs starting at once on a fresh PREFECT_HOME race
     # on its database migrations, and the loser's server prints a traceback before Prefect restarts it
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
@@ -206,7 +209,8 @@ def cmd_report(args) -> int:
     out = args.out or f"report-{args.run_id[:8]}"
     os.makedirs(out, exist_ok=True)
     label = data["tags"].get("scheduler", args.run_id[:8])
-    init = data["rounds"][0]["estimated_latency_ms"] / 1e3 if data["rounds"] and data["rounds"][0]["round"] == 0 else None
+    untuned = data["metrics"].get("untuned_estimate_ms")
+    init = untuned / 1e3 if untuned else None
     png = rp.convergence_plot({label: rp.curve_from_rounds(rounds, init)}, os.path.join(out, "convergence.png"),
                               title=data["tags"].get("model", ""))
     if data["summary"]:
@@ -225,8 +229,10 @@ def cmd_compare(args) -> int:
     for rid in args.run_ids:
         data = read_run(uri, rid)
         label = f"{data['tags'].get('scheduler', '?')}:{rid[:8]}"
-        pts = [(r["elapsed_s"] or 0.0 if r["round"] else 0.0, r["estimated_latency_ms"] / 1e3)
-               for r in data["rounds"] if r.get("estimated_latency_ms") is not None]
+        untuned = data["metrics"].get("untuned_estimate_ms")
+        pts = [(0.0, untuned / 1e3)] if untuned else []
+        pts += [(r["elapsed_s"], r["estimated_latency_ms"] / 1e3) for r in data["rounds"]
+                if r.get("estimated_latency_ms") is not None and r.get("elapsed_s") is not None]
         curves[label] = sorted(pts)
         summaries[label] = data["summary"] or {"model": data["tags"].get("model"),
                                                "scheduler": data["tags"].get("scheduler")}

@@ -144,7 +144,9 @@ def run_pipeline(cfg) -> dict:
         _write_task_table(cfg.work_dir, tasks, session)
         est0 = measure_defaults(tuner)
         if not (tracker.resumed and tracker.has_metric("untuned_estimate_ms")):  # step 0 is logged once per run
-            tracker.log_metrics({"estimated_latency_ms": est0 * 1e3, "untuned_estimate_ms": est0 * 1e3}, step=0)
+            # only as its own metric: estimated_latency_ms at step r is the estimate after round r, one
+            # value per step, so the MLflow UI's curves have no double point at step 0
+            tracker.log_metrics({"untuned_estimate_ms": est0 * 1e3}, step=0)
         for t in tasks:  # a task whose untuned schedule does not build or run is never tuned: say why
             st = session.state(t.index)
             if st.note and st.default_s is not None and not math.isfinite(st.default_s):

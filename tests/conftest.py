@@ -9,6 +9,9 @@ if ROOT not in sys.path:
 # measurement workers (separate processes) import dynatune too
 os.environ["PYTHONPATH"] = ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
 
+# Prefect's local API server can take longer than its default 20 s to start on a loaded 2-core machine
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
 from helpers import make_tiny_onnx  # noqa: E402
 
 

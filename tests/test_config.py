@@ -304,7 +304,7 @@ def test_shipped_configs_load(path, tmp_path):
     assert c.slot_s <= c.budget_s
     if path.stem == "quickstart":
         assert c.model.path == default_model_path()
-        assert (c.budget_s, c.slot_s, c.search.trials_per_iter) == (300, 15, 8)
+        assert (c.budget_s, c.slot_s, c.search.trials_per_iter) == (240, 15, 8)
         assert c.work_dir == str(tmp_path / "runs" / "quickstart")
     else:
         assert c.model.path.endswith(os.path.join("shared", "models", "squeezenet1_1.onnx"))
