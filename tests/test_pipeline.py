@@ -86,7 +86,7 @@ def test_compiled_library_loads_and_matches_onnxruntime(first_run):
 def test_rerun_continues_rounds(first_run):
     d, cfg, s, _ = first_run
     rounds_before = [json.loads(x) for x in open(d / "work" / "rounds.jsonl")]
-    p = _run(["tune", str(cfg), "--json", "--budget", "45"], str(d))
+    p = _run(["tune", str(cfg), "--json", "--budget", str(s["elapsed_s"] + 12)], str(d))  # budget left: 12 s
     assert p.returncode == 0, p.stderr[-3000:]
     s2 = json.loads(p.stdout.strip().splitlines()[-1])
     rounds_after = [json.loads(x) for x in open(d / "work" / "rounds.jsonl")]

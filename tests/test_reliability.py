@@ -120,7 +120,7 @@ def _kill_group(p) -> None:
 
 CONFIG = """
 model: {{path: {model}}}
-budget_s: 10
+budget_s: 30
 slot_s: 3
 work_dir: {work}
 search: {{trials_per_iter: 4, population_size: 32}}
@@ -307,7 +307,7 @@ def test_build_failures_are_recorded_and_a_task_that_never_builds_is_retired(tin
         assert r["exhausted"] and r["trials"] >= 6 and r["build_errors"] == r["trials"] and r["run_errors"] == 0
         assert all("injected build failure" in e for e in r["errors"])
         assert r["note"].startswith("retired: the last") and "injected build failure" in r["note"]
-        assert r["wall_s"] < 20  # retired early, not after the whole slot
+        assert r["trials"] < 10  # retired after a few failed batches, not after a whole slot of them
         ctx = tuner.context()
         assert ctx.tasks[rec.task].exhausted
         assert tuner.scheduler.choose(ctx) not in (None, rec.task)  # tuning goes on with the other tasks
