@@ -51,7 +51,12 @@ def registry(tmp_path_factory, prefect_stack):
     import tvm.s_tir.tensor_intrin  # noqa: F401  (here at top level: ~3x faster than inside a flow run)
 
     d = tmp_path_factory.mktemp("registry")
-    saved = {k: os.environ.get(k) for k in ("PREFECT_HOME", "PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
+    import mlflow
+
+    # everything set here is put back afterwards: later tests' subprocesses copy this environment
+    saved = {k: os.environ.get(k) for k in ("PREFECT_HOME", "PREFECT_API_URL", "MLFLOW_TRACKING_URI",
+                                            "PREFECT_SERVER_ANALYTICS_ENABLED", "PREFECT_LOGGING_LEVEL")}
+    saved_uris = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
     os.environ["PREFECT_HOME"] = str(d / ".prefect")  # Prefect's local ephemeral mode, in a temp dir
     os.environ.pop("PREFECT_API_URL", None)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
@@ -82,6 +87,8 @@ def registry(tmp_path_factory, prefect_stack):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        mlflow.set_tracking_uri(saved_uris[0])
+        mlflow.set_registry_uri(saved_uris[1])
 
 
 def test_new_model_version_triggers_a_tuning_run_linked_back(registry):
