@@ -8,7 +8,7 @@ Chromium, and saves the page as a PNG:
 
 Without ``--runs``, the two most recent runs of the store's most recent ``dynatune/...`` experiment are
 compared. ``--view metric`` (default) is the UI's metric comparison: one chart with both runs' curves of
-``--metric`` over the rounds (step = round; log y axis unless ``--linear``); ``--view compare`` is the "Compare runs" page (parameters,
+``--metric`` over the rounds (step = round; ``--log-y`` for a log scale); ``--view compare`` is the "Compare runs" page (parameters,
 metrics, plots). Needs the Debian ``chromium`` package (``apt-get install -y chromium``).
 """
 
@@ -57,7 +57,7 @@ def pick_runs(store: str, runs: list[str] | None) -> tuple[list[str], str]:
     return [r.info.run_id for r in reversed(found)], exp.experiment_id
 
 
-def page_url(base: str, view: str, runs: list[str], exp_id: str, metric: str, log_y: bool = True) -> str:
+def page_url(base: str, view: str, runs: list[str], exp_id: str, metric: str, log_y: bool = False) -> str:
     q = urllib.parse.quote
     if view == "compare":
         return f"{base}/#/compare-runs?runs={q(json.dumps(runs))}&experiments={q(json.dumps([exp_id]))}"
@@ -107,8 +107,7 @@ def main(argv=None) -> int:
     ap.add_argument("--view", choices=["metric", "compare"], default="metric")
     ap.add_argument("--metric", default="estimated_latency_ms")
     ap.add_argument("--out", default=os.path.join("docs", "mlflow_compare.png"))
-    ap.add_argument("--linear", action="store_true", help="linear y axis (default log: the untuned round 0 "
-                    "is often 10x the tuned latency)")
+    ap.add_argument("--log-y", action="store_true", help="log-scale y axis (default linear)")
     ap.add_argument("--window-size", default="1600,1000")
     args = ap.parse_args(argv)
 
@@ -118,7 +117,7 @@ def main(argv=None) -> int:
     log_path = os.path.join(tempfile.gettempdir(), f"mlflow-server-{port}.log")
     server = start_mlflow(args.store, port, log_path)
     try:
-        url = page_url(f"http://127.0.0.1:{port}", args.view, runs, exp_id, args.metric, log_y=not args.linear)
+        url = page_url(f"http://127.0.0.1:{port}", args.view, runs, exp_id, args.metric, log_y=args.log_y)
         screenshot(url, args.out, args.window_size)
     finally:
         os.killpg(server.pid, 15)
