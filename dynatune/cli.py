@@ -83,8 +83,9 @@ def cmd_tune(args) -> int:
     from .progress import LiveView
 
     view = LiveView(cfg, quiet=False)
-    # before Prefect starts: this import is ~4x slower inside a flow run (see import_tvm_intrinsics)
-    import tvm.s_tir.tensor_intrin  # noqa: F401
+    from flows.startup import prestart
+
+    prestart()  # TVM's one-off import side by side with Prefect's local API server, before the flow
     import flows.tune_model as ftm
 
     ftm.LISTENERS.append(view.on_event)

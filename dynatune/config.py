@@ -67,7 +67,7 @@ class SearchSection:
     contextual_exploration: bool = False
     max_trials_per_task: int = 10_000
     seed: int = 0
-    build_timeout_s: float = 60.0
+    build_timeout_s: float = 15.0  # a legit build takes < 1 s; a pathological one (huge unroll) minutes
 
 
 @dataclass
@@ -81,6 +81,8 @@ class MeasureSection:
     batch: int = 2
     rel_tol: float = 0.02
     race_factor: float = 1.5
+    quick_race_factor: float = 3.0
+    adaptive_repeat_ms: int = 4
     timeout_s: float = 30.0
     cpu_cache_flush: bool = False
     rpc: dict | None = None  # {tracker_host, tracker_port, tracker_key[, session_timeout_s, max_workers]}
@@ -549,6 +551,8 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
             "batch": lambda v, p: I(v, p, 1),
             "rel_tol": lambda v, p: N(v, p, gt=0, lt=1),
             "race_factor": lambda v, p: N(v, p, gt=1),
+            "quick_race_factor": lambda v, p: N(v, p, gt=1),
+            "adaptive_repeat_ms": lambda v, p: I(v, p, 0),
             "timeout_s": lambda v, p: N(v, p, gt=0),
             "cpu_cache_flush": B,
             "rpc": rpc,

@@ -5,7 +5,12 @@ Fixed: ``repeat`` repeats of at least ``min_repeat_ms`` each, every candidate al
 Adaptive (AdaTune): repeats run in small batches; after ``min_repeats`` the evaluator stops as soon as
 the 95% Student-t confidence interval of the mean is narrower than ``rel_tol`` of the mean (settled), or
 its lower bound is above ``race_factor`` x the task's incumbent latency (raced out: clearly slower, so
-further precision is wasted). Repeats are capped at ``max_repeats``. Outliers (beyond 3 scaled MADs of
+further precision is wasted). A candidate whose very first repeat is already ``quick_race_factor`` x the
+incumbent or slower is raced out after that one repeat. Repeats are capped at ``max_repeats``. Each
+adaptive repeat lasts at least ``adaptive_repeat_ms`` (shorter than the fixed protocol's: the confidence
+interval, not a long loop, decides when a timing is precise enough), and the kernel's loop count is
+calibrated once per candidate, not in every batch (TVM's ``time_evaluator`` re-calibrates from one run
+in every call, which would cost more than the repeats it saves). Outliers (beyond 3 scaled MADs of
 the median, e.g. a batch hit by a context switch) are trimmed before every decision. The evaluator runs
 inside MetaSchedule's runner worker (local or RPC); why it stopped is recomputed from the returned
 timings with :func:`stop_reason`, so nothing beyond the timings has to cross the process boundary.
@@ -31,6 +36,8 @@ class MeasureConfig:
     batch: int = 2
     rel_tol: float = 0.02
     race_factor: float = 1.5
+    quick_race_factor: float = 3.0  # raced after one repeat when that repeat is this much slower
+    adaptive_repeat_ms: int = 4  # each adaptive repeat loops the kernel for at least this long
     timeout_s: float = 30.0
     cpu_cache_flush: bool = False
     rpc: dict | None = None  # {tracker_host, tracker_port, tracker_key, ...}: measure on a device farm
@@ -79,9 +86,11 @@ def interval(xs) -> tuple[float, float]:
 
 
 def stop_reason(xs, min_repeats: int, max_repeats: int, rel_tol: float, race_factor: float,
-                incumbent: float | None) -> str | None:
+                incumbent: float | None, quick_race_factor: float = math.inf) -> str | None:
     """Why an adaptive measurement of timings ``xs`` should stop now, or None to keep measuring."""
     n = len(xs)
+    if n and incumbent and incumbent > 0 and min(xs) > quick_race_factor * incumbent:
+        return "raced"
     if n >= min_repeats:
         mean, half = interval(xs)
         if mean > 0 and half / mean <= rel_tol:
@@ -94,21 +103,35 @@ def stop_reason(xs, min_repeats: int, max_repeats: int, rel_tol: float, race_fac
 
 
 def adaptive_repeats(measure_batch, min_repeats: int, max_repeats: int, batch: int, rel_tol: float,
-                     race_factor: float, incumbent: float | None) -> list[float]:
-    """Call ``measure_batch(k)`` (returns k timings) until :func:`stop_reason` says stop."""
+                     race_factor: float, incumbent: float | None, quick_race_factor: float = math.inf) -> list[float]:
+    """Call ``measure_batch(k)`` (returns k timings) until :func:`stop_reason` says stop.
+
+    With an incumbent and a finite ``quick_race_factor`` the first batch is a single repeat, so that a
+    clearly slower candidate costs one repeat; otherwise the first batch brings it to ``min_repeats``.
+    """
     xs: list[float] = []
+    quick = bool(incumbent) and math.isfinite(quick_race_factor)
     while True:
-        need = min_repeats - len(xs) if len(xs) < min_repeats else batch
+        if not xs and quick:
+            need = 1
+        else:
+            need = min_repeats - len(xs) if len(xs) < min_repeats else batch
         need = max(1, min(need, max_repeats - len(xs)))
         xs.extend(float(x) for x in measure_batch(need))
-        if stop_reason(xs, min_repeats, max_repeats, rel_tol, race_factor, incumbent):
+        if stop_reason(xs, min_repeats, max_repeats, rel_tol, race_factor, incumbent, quick_race_factor):
             return xs
 
 
 # -- runner-side evaluators ---------------------------------------------------------------------
 def adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, *, min_repeats, max_repeats,
-                       batch, rel_tol, race_factor, incumbent):
-    """``f_run_evaluator`` for MetaSchedule runners (runs in the runner worker)."""
+                       batch, rel_tol, race_factor, incumbent, quick_race_factor=math.inf, repeat_ms=None):
+    """``f_run_evaluator`` for MetaSchedule runners (runs in the runner worker).
+
+    ``repeat_ms=None``: one ``time_evaluator`` call per batch with the evaluator config's
+    ``min_repeat_ms`` (the fixed protocol is one batch: exactly what MetaSchedule's default does).
+    ``repeat_ms`` given (adaptive): the first batch calibrates the loop count to ``repeat_ms`` per repeat;
+    later batches reuse that count and skip TVM's per-call calibration.
+    """
     import os
 
     if os.environ.get("DYNATUNE_FAULT_RUN") == "crash":
@@ -118,20 +141,35 @@ def adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, *, min_r
 
         time.sleep(3600)
     evaluators = {}
+    calibrated = {"number": None}
+    preproc = "cache_flush_cpu_non_first_arg" if evaluator_config.enable_cpu_cache_flush else ""
+
+    def evaluator(k, number, min_ms):
+        if (k, number, min_ms) not in evaluators:
+            evaluators[k, number, min_ms] = rt_mod.time_evaluator(
+                func_name=rt_mod.entry_name, dev=device, number=number, repeat=k, min_repeat_ms=min_ms,
+                f_preproc=preproc)
+        return evaluators[k, number, min_ms]
 
     def measure_batch(k):
-        if k not in evaluators:
-            evaluators[k] = rt_mod.time_evaluator(
-                func_name=rt_mod.entry_name, dev=device, number=evaluator_config.number, repeat=k,
-                min_repeat_ms=evaluator_config.min_repeat_ms,
-                f_preproc="cache_flush_cpu_non_first_arg" if evaluator_config.enable_cpu_cache_flush else "")
+        if repeat_ms is None:
+            f = evaluator(k, evaluator_config.number, evaluator_config.min_repeat_ms)
+        elif calibrated["number"] is None:
+            f = evaluator(k, evaluator_config.number, int(repeat_ms))
+        else:
+            f = evaluator(k, calibrated["number"], 0)
         out = []
         for args in repeated_args:
             device.sync()
-            out.extend(evaluators[k](*args).results)
+            out.extend(f(*args).results)
+        if repeat_ms is not None and calibrated["number"] is None:
+            per_run = min(out) if out and min(out) > 0 else None
+            calibrated["number"] = (max(evaluator_config.number, math.ceil(repeat_ms * 1e-3 / per_run))
+                                    if per_run else evaluator_config.number)
         return out
 
-    return adaptive_repeats(measure_batch, min_repeats, max_repeats, batch, rel_tol, race_factor, incumbent)
+    return adaptive_repeats(measure_batch, min_repeats, max_repeats, batch, rel_tol, race_factor, incumbent,
+                            quick_race_factor)
 
 
 def rpc_adaptive_evaluator(session, rt_mod, device, evaluator_config, repeated_args, **kwargs):
@@ -149,10 +187,20 @@ def evaluator_for(cfg: MeasureConfig, incumbent: float | None, rpc: bool = False
     if cfg.adaptive:
         return partial(f, min_repeats=cfg.min_repeats, max_repeats=cfg.max_repeats_adaptive,
                        batch=cfg.batch, rel_tol=cfg.rel_tol, race_factor=cfg.race_factor,
-                       incumbent=incumbent if incumbent and math.isfinite(incumbent) else None)
+                       incumbent=incumbent if incumbent and math.isfinite(incumbent) else None,
+                       quick_race_factor=cfg.quick_race_factor, repeat_ms=cfg.adaptive_repeat_ms)
     # the fixed protocol is the adaptive one that never settles early: exactly `repeat` repeats
     return partial(f, min_repeats=cfg.repeat, max_repeats=cfg.repeat, batch=cfg.repeat,
                    rel_tol=-1.0, race_factor=math.inf, incumbent=None)
+
+
+def why_stopped(cfg: MeasureConfig, secs, incumbent: float | None) -> str:
+    """Why the evaluator stopped measuring a candidate (recomputed from its timings)."""
+    if not cfg.adaptive:
+        return "fixed"
+    inc = incumbent if incumbent and math.isfinite(incumbent) else None
+    return stop_reason(secs, cfg.min_repeats, cfg.max_repeats_adaptive, cfg.rel_tol, cfg.race_factor, inc,
+                       cfg.quick_race_factor) or "max_repeats"
 
 
 class Runner:

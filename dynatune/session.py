@@ -22,8 +22,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .builder import PersistentBuilder, remove_artifact
-from .database import FAILED, TuningDatabase, mean_secs
-from .measure import MeasureConfig, make_runner
+from .database import FAILED, JsonlWriter, TuningDatabase, mean_secs
+from .measure import MeasureConfig, make_runner, why_stopped
 from .target import target_device
 from .tasks import Task
 
@@ -43,7 +43,7 @@ class SearchConfig:
     cost_model: str = "xgb"  # "xgb" | "ensemble" (AdaTune) | "random"
     contextual_exploration: bool = False  # ensemble only: rank by mean + kappa*std, kappa from sigma/best
     seed: int = 0
-    build_timeout_s: float = 60.0
+    build_timeout_s: float = 15.0  # a legit build takes < 1 s; a pathological one (huge unroll) minutes
 
 
 @dataclass
@@ -64,6 +64,7 @@ class RoundResult:
     exhausted: bool = False
     repeats: int = 0  # measurement repeats actually run
     repeats_saved: int = 0  # repeats the adaptive evaluator did not need, vs. its maximum
+    stops: dict = field(default_factory=dict)  # why measurements stopped: settled/raced/max_repeats/fixed
     errors: list[str] = field(default_factory=list)
     note: str = ""  # why the task was retired (set when ``exhausted``)
 
@@ -102,6 +103,8 @@ class TuningSession:
         os.makedirs(work_dir, exist_ok=True)
         remove_leftovers(work_dir)
         self.db = TuningDatabase(os.path.join(work_dir, "db"))
+        # per measured candidate: repeats used and why the evaluator stopped (one line per batch)
+        self._measurements = JsonlWriter(os.path.join(work_dir, "db", "measurements.jsonl"))
         self.state_path = os.path.join(work_dir, "session.json")
         self.cost_model_path = os.path.join(work_dir, "cost_model")
         self.states: dict[str, TaskState] = {t.key: TaskState() for t in tasks}
@@ -249,12 +252,13 @@ class TuningSession:
                 st.note = res.note = "search space exhausted"
                 res.exhausted = True
                 break
-            results, build_s, measure_s = self._build_and_run(cands, incumbent_s=self.best_latency(i))
+            incumbent = self.best_latency(i)
+            results, build_s, measure_s = self._build_and_run(cands, incumbent_s=incumbent)
             res.build_s += build_s
             res.measure_s += measure_s
             t0 = time.perf_counter()
             ctx.notify_runner_results(cands, results)
-            ok_c, ok_r = [], []
+            ok_c, ok_r, measured = [], [], []
             for c, r in zip(cands, results):
                 secs = list(r.run_secs) if r.run_secs is not None else None
                 if secs is None:
@@ -270,8 +274,14 @@ class TuningSession:
                     ok_r.append(r)
                     res.repeats += len(secs)
                     res.repeats_saved += max(0, self.measure.max_repeats - len(secs))
+                    why = why_stopped(self.measure, [float(x) for x in secs], incumbent)
+                    res.stops[why] = res.stops.get(why, 0) + 1
+                    measured.append({"repeats": len(secs), "stop": why, "mean_s": mean_secs(secs)})
                 self.db.commit(t.key, ms.database.TuningRecord(
                     c.sch.trace, workload, secs if secs is not None else [FAILED], self.target, c.args_info))
+            if measured:  # per candidate: repeats used and why the evaluator stopped
+                self._measurements.append({"task": t.key, "incumbent_s": _finite_or_none(incumbent),
+                                           "candidates": measured})
             if ok_c:
                 self.cost_model.update(ctx, ok_c, ok_r)
             res.trials += len(cands)
@@ -329,6 +339,7 @@ class TuningSession:
         return out
 
     def close(self) -> None:
+        self._measurements.close()
         for ctx in self._contexts.values():
             try:
                 ctx.post_tuning()

@@ -54,7 +54,7 @@ def test_defaults(tmp_path):
     s = c.search
     assert (s.trials_per_iter, s.population_size, s.genetic_num_iters, s.eps_greedy, s.cost_model,
             s.contextual_exploration, s.max_trials_per_task, s.seed, s.build_timeout_s) == \
-        (16, 128, 2, 0.05, "xgb", False, 10000, 0, 60)
+        (16, 128, 2, 0.05, "xgb", False, 10000, 0, 15)
     m = c.measure
     assert (m.adaptive, m.repeat, m.min_repeat_ms, m.number, m.min_repeats, m.max_repeats, m.batch, m.rel_tol,
             m.race_factor, m.timeout_s, m.cpu_cache_flush, m.rpc) == \
@@ -279,7 +279,7 @@ def test_search_and_measure_config():
     s = c.search_config()
     assert isinstance(s, SearchConfig)
     assert (s.trials_per_iter, s.cost_model, s.seed, s.population_size, s.build_timeout_s) == \
-        (4, "ensemble", 7, 128, 60.0)
+        (4, "ensemble", 7, 128, 15.0)
     for f in dataclasses.fields(SearchConfig):
         if hasattr(c.search, f.name):
             assert getattr(s, f.name) == getattr(c.search, f.name)

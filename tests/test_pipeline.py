@@ -96,3 +96,28 @@ def test_rerun_continues_rounds(first_run):
     assert [r["round"] for r in rounds_after] == list(range(len(rounds_after)))
     assert s2["estimated_latency_ms"] <= s["estimated_latency_ms"] + 1e-9
     assert "resuming" in p.stderr
+
+
+def test_prestart_hands_its_early_server_to_prefect(tmp_path):
+    """`dynatune tune` starts Prefect's ephemeral server while TVM imports; the flow then uses that one."""
+    code = (
+        "from flows.startup import prestart\n"
+        "prestart()\n"
+        "import subprocess\n"
+        "from prefect import flow\n"
+        "from prefect.server.api.server import SubprocessASGIServer\n"
+        "s = SubprocessASGIServer()\n"
+        "assert s.running and isinstance(s.server_process, subprocess.Popen), 'not handed over'\n"
+        "pid = s.server_process.pid\n"
+        "@flow\n"
+        "def f():\n"
+        "    return 41 + 1\n"
+        "assert f() == 42\n"
+        "assert SubprocessASGIServer().server_process.pid == pid, 'Prefect started a second server'\n"
+        "print('OK', s.port)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PYTHONPATH=ROOT, PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_LOGGING_LEVEL="CRITICAL")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-2000:]

@@ -1,0 +1,133 @@
+"""Warm start across model versions: time to the previous quality when one layer changed.
+
+    python bench/warmstart.py ../shared/models/squeezenet1_1.onnx --budget 300 --slot 15
+
+v1 is the given model. v2 is v1 with one layer changed: the last fire module's 3x3 expand convolution
+(``features.12/expand3x3``) becomes a 5x5 convolution with new weights (padding 2, so every other shape
+stays the same). In squeezenet1_1 that convolution shared its task with ``features.11``'s, so v2 has one
+new operator task and one task whose weight dropped from 2 to 1; every other task keeps its key.
+
+Three runs, same scheduler, slot and target, each on a fresh work dir (the library alone, no Prefect or
+MLflow, so only tuning seconds count):
+
+1. v1 from scratch for ``--budget`` seconds (the original tuning);
+2. v2 from scratch for ``--budget`` seconds: its final estimated latency is "the previous quality" for v2
+   (what the original tuning time buys on this version);
+3. v2 warm-started from run 1's work dir, for ``--warm-budget`` seconds.
+
+Reported: the warm run's time to reach run 2's final estimate (TTQ), as a share of the original tuning
+time (the budget) and of the time run 2 itself needed to get there. Target: <= 25 % of the original time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from dynatune.model import load_model  # noqa: E402
+from dynatune.session import TuningSession  # noqa: E402
+from dynatune.target import make_target  # noqa: E402
+from dynatune.tasks import extract_tasks  # noqa: E402
+from dynatune.tuner import Tuner  # noqa: E402
+from dynatune.warmstart import warm_start  # noqa: E402
+
+LAYER = "/features/features.12/expand3x3/Conv"
+
+
+def change_one_layer(src: str, dst: str, node_name: str = LAYER) -> str:
+    """Write v2: the named 3x3 convolution becomes 5x5 (padding 2) with new random weights."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(src)
+    node = next((n for n in m.graph.node if n.name == node_name), None)
+    if node is None:
+        raise SystemExit(f"{src} has no node {node_name}")
+    init = {i.name: i for i in m.graph.initializer}
+    w = numpy_helper.to_array(init[node.input[1]])
+    o, i = w.shape[:2]
+    new = np.random.default_rng(1).normal(0, 0.05, (o, i, 5, 5)).astype(w.dtype)
+    init[node.input[1]].CopyFrom(numpy_helper.from_array(new, node.input[1]))
+    for a in node.attribute:
+        if a.name == "kernel_shape":
+            a.ints[:] = [5, 5]
+        elif a.name == "pads":
+            a.ints[:] = [2, 2, 2, 2]
+    onnx.checker.check_model(m)
+    onnx.save(m, dst)
+    return dst
+
+
+def run(path: str, work: str, budget: float, slot: float, scheduler: str, warm: list[str] | None = None) -> dict:
+    target = make_target()
+    model = load_model(path)
+    tasks = extract_tasks(model, target)
+    sess = TuningSession(tasks, target, work)
+    report = warm_start(sess, warm) if warm else None
+    tuner = Tuner(sess, scheduler, budget_s=budget, slot_s=slot)
+    curve = [(0.0, tuner.prepare())]
+    t0 = time.perf_counter()
+    while not tuner.done():
+        rec = tuner.step()
+        if rec is None:
+            break
+        curve.append((rec.elapsed_s, rec.estimated_latency_s))
+    wall = time.perf_counter() - t0
+    keys = [t.key for t in tasks]
+    tuner.close()
+    return {"model": path, "tasks": len(tasks), "keys": keys, "rounds": len(curve) - 1, "wall_s": wall,
+            "warm_start": report, "curve": curve, "final_ms": curve[-1][1] * 1e3}
+
+
+def ttq(curve, target_s: float) -> float | None:
+    return next((t for t, e in curve if e <= target_s * (1 + 1e-9)), None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--budget", type=float, default=300)
+    ap.add_argument("--warm-budget", type=float, default=None, help="default: half the budget")
+    ap.add_argument("--slot", type=float, default=15)
+    ap.add_argument("--scheduler", default="dynatune")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "warmstart.json"))
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="warmstart-")
+    v2 = change_one_layer(args.model, os.path.join(tmp, "v2.onnx"))
+    v1_run = run(args.model, os.path.join(tmp, "v1"), args.budget, args.slot, args.scheduler)
+    print("v1 cold", v1_run["final_ms"], flush=True)
+    v2_cold = run(v2, os.path.join(tmp, "v2cold"), args.budget, args.slot, args.scheduler)
+    print("v2 cold", v2_cold["final_ms"], flush=True)
+    v2_warm = run(v2, os.path.join(tmp, "v2warm"), args.warm_budget or args.budget / 2, args.slot,
+                  args.scheduler, warm=[os.path.join(tmp, "v1")])
+    print("v2 warm", v2_warm["final_ms"], flush=True)
+    target_s = v2_cold["final_ms"] / 1e3
+    t_warm, t_cold = ttq(v2_warm["curve"], target_s), ttq(v2_cold["curve"], target_s)
+    new_keys = sorted(set(v2_cold["keys"]) - set(v1_run["keys"]))
+    out = {"model": os.path.basename(args.model), "changed_layer": LAYER + " 3x3 -> 5x5",
+           "budget_s": args.budget, "slot_s": args.slot, "scheduler": args.scheduler,
+           "tasks_v1": v1_run["tasks"], "tasks_v2": v2_cold["tasks"], "new_task_keys": new_keys,
+           "v1_final_ms": v1_run["final_ms"], "v2_cold_final_ms": v2_cold["final_ms"],
+           "v2_warm_final_ms": v2_warm["final_ms"], "v2_warm_start_ms": v2_warm["curve"][0][1] * 1e3,
+           "v2_cold_untuned_ms": v2_cold["curve"][0][1] * 1e3,
+           "warm_matched_tasks": v2_warm["warm_start"]["matched_tasks"],
+           "ttq_warm_s": t_warm, "ttq_cold_s": t_cold,
+           "warm_share_of_budget": None if t_warm is None else t_warm / args.budget,
+           "warm_share_of_cold_ttq": None if t_warm is None or not t_cold else t_warm / t_cold,
+           "curves": {k: r["curve"] for k, r in (("v1", v1_run), ("v2_cold", v2_cold), ("v2_warm", v2_warm))}}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(json.dumps({k: v for k, v in out.items() if k != "curves"}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""A pipeline process's one-off start-up costs, paid side by side before the flow starts.
+
+Two things take seconds before the first round: TVM's tensor-intrinsic registry (``import
+tvm.s_tir.tensor_intrin``, ~13 s; the first tuning slot needs it) and, with no ``PREFECT_API_URL``,
+Prefect's local ephemeral API server (a uvicorn subprocess, ~5 s to come up). Done one after the other
+they add up; done with Prefect already imported the import is ~2x slower (TVMScript's parser walks
+``inspect.stack()`` and scans ``sys.modules`` per intrinsic, and Prefect brings ~1,500 modules). So
+:func:`prestart`, called by ``dynatune tune`` before it imports anything of Prefect:
+
+1. spawns the ephemeral server exactly as Prefect's ``SubprocessASGIServer`` would (same uvicorn
+   command, same environment), without importing Prefect;
+2. imports TVM's intrinsics while the server comes up in its own process;
+3. hands the running server to Prefect: it becomes the ``SubprocessASGIServer`` singleton that
+   Prefect's clients start (and stop at exit), so the flow finds it running.
+
+If anything about the early server is off (a configured API URL, a server already running, the early
+one not answering), it is stopped and Prefect starts its own as usual: never worse than not trying.
+This module imports neither Prefect nor TVM at import time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def prestart() -> None:
+    early = None if os.environ.get("PREFECT_API_URL") else _spawn_server()
+    import tvm.s_tir.tensor_intrin  # noqa: F401  (at the top of a fresh stack, before Prefect: its fastest)
+
+    if early is not None:
+        _hand_over(*early)
+
+
+def _spawn_server():
+    spec = importlib.util.find_spec("prefect")
+    if spec is None or not spec.origin:
+        return None
+    app_dir = os.path.dirname(os.path.dirname(spec.origin))  # what Prefect passes: prefect.__module_path__.parent
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", app_dir, "--factory",
+                                 "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+                                 "--log-level", "error", "--lifespan", "on"], env=env)
+    except OSError:
+        return None
+    return proc, port
+
+
+def _stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _hand_over(proc, port: int) -> None:
+    import httpx
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import (PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED,
+                                  PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)
+
+    server = SubprocessASGIServer()
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value() or server.running:
+        _stop(proc)  # a server is configured (e.g. in a Prefect profile), or one runs already
+        return
+    deadline = time.monotonic() + PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
+    url = f"http://127.0.0.1:{port}/api/health"
+    with httpx.Client() as client:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if client.get(url).status_code == 200:
+                    server.port, server.server_process, server.running = port, proc, True
+                    atexit.register(server.stop)
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+    if proc.poll() is None:
+        _stop(proc)  # not up in time: Prefect starts its own on the flow's first call
