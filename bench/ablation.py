@@ -5,7 +5,7 @@
 Same model, budget, slot and scheduler (round-robin, so only measurement/search differ) for each variant.
 Reported per variant: measurement seconds per trial, trials in the budget, the time to reach the fixed
 protocol's final estimated latency (TTQ), and the chosen best schedules' true latency: every task's best
-record re-measured with a long fixed protocol (20 repeats of >= 100 ms), summed as weight x latency.
+record re-measured with a long fixed protocol (10 repeats of >= 50 ms), summed as weight x latency.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def remeasure(sess, tasks) -> float:
 
     from dynatune.measure import Runner
 
-    long_cfg = MeasureConfig(repeat=20, min_repeat_ms=100)
+    long_cfg = MeasureConfig(repeat=10, min_repeat_ms=50)
     sess.runner.close()
     sess.runner = Runner(long_cfg, sess.target)
     db = sess.compile_database()
@@ -68,6 +68,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=300)
     ap.add_argument("--slot", type=float, default=15)
     ap.add_argument("--scheduler", default="round_robin")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "ablation.json"))
     args = ap.parse_args()
     target = make_target()
     out = {}
@@ -80,6 +81,7 @@ def main() -> None:
             tuner = Tuner(sess, args.scheduler, budget_s=args.budget, slot_s=args.slot)
             curve = [(0.0, tuner.prepare())]
             meas = trials = repeats = saved = 0
+            stops: dict = {}
             while not tuner.done():
                 rec = tuner.step()
                 if rec is None:
@@ -89,12 +91,14 @@ def main() -> None:
                 trials += r["trials"]
                 repeats += r["repeats"]
                 saved += r["repeats_saved"]
+                for k, v in r.get("stops", {}).items():
+                    stops[k] = stops.get(k, 0) + v
                 curve.append((rec.elapsed_s, rec.estimated_latency_s))
             true_s = remeasure(sess, tasks)
             expl = getattr(getattr(sess.cost_model, "_inst", sess.cost_model), "exploration_log", None)
             tuner.close()
             res[name] = {"trials": trials, "measure_s_per_trial": meas / max(1, trials),
-                         "repeats_per_trial": repeats / max(1, trials), "repeats_saved": saved,
+                         "repeats_per_trial": repeats / max(1, trials), "repeats_saved": saved, "stops": stops,
                          "final_estimate_ms": curve[-1][1] * 1e3, "true_latency_ms": true_s * 1e3,
                          "curve": curve, "exploration_log": expl[-5:] if expl else None}
             print(model.name, name, json.dumps({k: v for k, v in res[name].items() if k != "curve"}), flush=True)
@@ -102,6 +106,8 @@ def main() -> None:
         for v in res.values():
             v["ttq_s"] = next((t for t, e in v["curve"] if e <= ref * (1 + 1e-9)), None)
         out[model.name] = res
+    with open(args.out, "w") as f:
+        json.dump({"budget_s": args.budget, "slot_s": args.slot, "scheduler": args.scheduler, "models": out}, f, indent=1)
     print(json.dumps({m: {k: {kk: vv for kk, vv in v.items() if kk != "curve"} for k, v in r.items()}
                       for m, r in out.items()}))
 

@@ -129,8 +129,9 @@ def adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, *, min_r
 
     ``repeat_ms=None``: one ``time_evaluator`` call per batch with the evaluator config's
     ``min_repeat_ms`` (the fixed protocol is one batch: exactly what MetaSchedule's default does).
-    ``repeat_ms`` given (adaptive): the first batch calibrates the loop count to ``repeat_ms`` per repeat;
-    later batches reuse that count and skip TVM's per-call calibration.
+    ``repeat_ms`` given (adaptive): one probe run sizes the loop count so that a repeat lasts about
+    ``repeat_ms``; every batch reuses that count and skips TVM's per-call calibration (which grows the
+    count from 1 by x1.6 steps and throws those runs away: ~1.6 repeats' worth per call).
     """
     import os
 
@@ -151,22 +152,21 @@ def adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, *, min_r
                 f_preproc=preproc)
         return evaluators[k, number, min_ms]
 
-    def measure_batch(k):
-        if repeat_ms is None:
-            f = evaluator(k, evaluator_config.number, evaluator_config.min_repeat_ms)
-        elif calibrated["number"] is None:
-            f = evaluator(k, evaluator_config.number, int(repeat_ms))
-        else:
-            f = evaluator(k, calibrated["number"], 0)
+    def run(f):
         out = []
         for args in repeated_args:
             device.sync()
             out.extend(f(*args).results)
-        if repeat_ms is not None and calibrated["number"] is None:
-            per_run = min(out) if out and min(out) > 0 else None
-            calibrated["number"] = (max(evaluator_config.number, math.ceil(repeat_ms * 1e-3 / per_run))
-                                    if per_run else evaluator_config.number)
         return out
+
+    def measure_batch(k):
+        if repeat_ms is None:
+            return run(evaluator(k, evaluator_config.number, evaluator_config.min_repeat_ms))
+        if calibrated["number"] is None:  # one probe run (after TVM's warm-up run) sizes every repeat
+            probe = [x for x in run(evaluator(1, 1, 0)) if x > 0]
+            calibrated["number"] = (max(evaluator_config.number, math.ceil(repeat_ms * 1e-3 / min(probe)))
+                                    if probe else evaluator_config.number)
+        return run(evaluator(k, calibrated["number"], 0))
 
     return adaptive_repeats(measure_batch, min_repeats, max_repeats, batch, rel_tol, race_factor, incumbent,
                             quick_race_factor)
@@ -180,6 +180,28 @@ def rpc_adaptive_evaluator(session, rt_mod, device, evaluator_config, repeated_a
     """
     del session
     return adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, **kwargs)
+
+
+_ARGS_CACHE: dict = {}  # in the runner worker: (device, arg shapes) -> allocated, randomly filled arguments
+
+
+def cached_alloc_argument(device, args_info, alloc_repeat):
+    """``f_alloc_argument`` for the local runner: candidates of one task share their argument tensors.
+
+    MetaSchedule's default allocates and random-fills every argument of every candidate (~4 ms for a
+    mid-sized convolution, a third of the per-candidate overhead); all candidates of a task have the
+    same argument shapes, and a kernel's timing does not depend on the values. Kept per worker process,
+    a few tasks' worth.
+    """
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
+
+    key = (str(device), repr(args_info), alloc_repeat)
+    hit = _ARGS_CACHE.get(key)
+    if hit is None:
+        if len(_ARGS_CACHE) >= 4:
+            _ARGS_CACHE.pop(next(iter(_ARGS_CACHE)))
+        hit = _ARGS_CACHE[key] = default_alloc_argument(device, args_info, alloc_repeat)
+    return hit
 
 
 def evaluator_for(cfg: MeasureConfig, incumbent: float | None, rpc: bool = False):
@@ -229,7 +251,7 @@ class Runner:
             self.inner.pool = PopenPoolExecutor(max_workers=workers, timeout=rpc.session_timeout_sec + 10)
         else:
             self.inner = LocalRunner(timeout_sec=cfg.timeout_s, evaluator_config=self.evaluator_config,
-                                     f_run_evaluator=f)
+                                     f_run_evaluator=f, f_alloc_argument=cached_alloc_argument)
 
     def set_incumbent(self, incumbent_s: float | None) -> None:
         """Racing compares each candidate with the task's best latency so far."""
