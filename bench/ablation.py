@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from dynatune.measure import MeasureConfig  # noqa: E402
 from dynatune.model import load_model  # noqa: E402
+from dynatune.replay import time_to_quality  # noqa: E402
 from dynatune.session import SearchConfig, TuningSession  # noqa: E402
 from dynatune.target import make_target  # noqa: E402
 from dynatune.tasks import extract_tasks  # noqa: E402
@@ -80,20 +82,16 @@ def main() -> None:
             sess = TuningSession(tasks, target, tempfile.mkdtemp(prefix="abl-"), search=scfg, measure=mcfg)
             tuner = Tuner(sess, args.scheduler, budget_s=args.budget, slot_s=args.slot)
             curve = [(0.0, tuner.prepare())]
-            meas = trials = repeats = saved = 0
+            results = []
+            curve += tuner.run_rounds(lambda rec: results.append(rec.result))
+            meas = sum(r["measure_s"] for r in results)
+            trials = sum(r["trials"] for r in results)
+            repeats = sum(r["repeats"] for r in results)
+            saved = sum(r["repeats_saved"] for r in results)
             stops: dict = {}
-            while not tuner.done():
-                rec = tuner.step()
-                if rec is None:
-                    break
-                r = rec.result
-                meas += r["measure_s"]
-                trials += r["trials"]
-                repeats += r["repeats"]
-                saved += r["repeats_saved"]
+            for r in results:
                 for k, v in r.get("stops", {}).items():
                     stops[k] = stops.get(k, 0) + v
-                curve.append((rec.elapsed_s, rec.estimated_latency_s))
             true_s = remeasure(sess, tasks)
             expl = getattr(getattr(sess.cost_model, "_inst", sess.cost_model), "exploration_log", None)
             tuner.close()
@@ -104,7 +102,8 @@ def main() -> None:
             print(model.name, name, json.dumps({k: v for k, v in res[name].items() if k != "curve"}), flush=True)
         ref = res["fixed"]["final_estimate_ms"] / 1e3
         for v in res.values():
-            v["ttq_s"] = next((t for t, e in v["curve"] if e <= ref * (1 + 1e-9)), None)
+            t = time_to_quality(v["curve"], ref)
+            v["ttq_s"] = None if math.isinf(t) else t
         out[model.name] = res
     with open(args.out, "w") as f:
         json.dump({"budget_s": args.budget, "slot_s": args.slot, "scheduler": args.scheduler, "models": out}, f, indent=1)

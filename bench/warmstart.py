@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -33,6 +34,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from dynatune.model import load_model  # noqa: E402
+from dynatune.replay import time_to_quality  # noqa: E402
 from dynatune.session import TuningSession  # noqa: E402
 from dynatune.target import make_target  # noqa: E402
 from dynatune.tasks import extract_tasks  # noqa: E402
@@ -75,11 +77,7 @@ def run(path: str, work: str, budget: float, slot: float, scheduler: str, warm: 
     tuner = Tuner(sess, scheduler, budget_s=budget, slot_s=slot)
     curve = [(0.0, tuner.prepare())]
     t0 = time.perf_counter()
-    while not tuner.done():
-        rec = tuner.step()
-        if rec is None:
-            break
-        curve.append((rec.elapsed_s, rec.estimated_latency_s))
+    curve += tuner.run_rounds()
     wall = time.perf_counter() - t0
     keys = [t.key for t in tasks]
     tuner.close()
@@ -88,7 +86,9 @@ def run(path: str, work: str, budget: float, slot: float, scheduler: str, warm: 
 
 
 def ttq(curve, target_s: float) -> float | None:
-    return next((t for t, e in curve if e <= target_s * (1 + 1e-9)), None)
+    """Time to quality, None (JSON null) when never reached."""
+    t = time_to_quality(curve, target_s)
+    return None if math.isinf(t) else t
 
 
 def main() -> None:

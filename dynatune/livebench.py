@@ -22,14 +22,8 @@ from .model import load_model, parse_shape
 from .session import SearchConfig, TuningSession
 from .target import make_target, usable_cores
 from .tasks import extract_tasks
+from .replay import time_to_quality
 from .tuner import Tuner
-
-
-def ttq(curve, target: float) -> float:
-    for t, v in curve:
-        if v <= target * (1 + 1e-9):
-            return t
-    return float("inf")
 
 
 def run_one(model, tasks, target, scheduler: str, budget: float, slot: float, work: str, search, measure) -> dict:
@@ -38,11 +32,7 @@ def run_one(model, tasks, target, scheduler: str, budget: float, slot: float, wo
     est0 = tuner.prepare()
     curve = [(0.0, est0)]
     t0 = time.perf_counter()
-    while not tuner.done():
-        rec = tuner.step()
-        if rec is None:
-            break
-        curve.append((rec.elapsed_s, rec.estimated_latency_s))
+    curve += tuner.run_rounds()
     wall = time.perf_counter() - t0
     rep = compile_and_verify(model, target, sess.compile_database(), os.path.join(work, "model.so"),
                              threads=usable_cores(), measure_untuned=False, measure_onnxruntime=False)
@@ -82,7 +72,7 @@ def main(argv=None) -> int:
                   f"{runs[sch]['latency_ms']:.3f} ms measured, {runs[sch]['rounds']} rounds", flush=True)
         ref = runs.get("gradient", next(iter(runs.values())))["curve"][-1][1]
         for r in runs.values():
-            r["ttq_to_gradient_final_s"] = ttq(r["curve"], ref)
+            r["ttq_to_gradient_final_s"] = time_to_quality(r["curve"], ref)
         d = runs.get("dynatune")
         ratios = {}
         if d:

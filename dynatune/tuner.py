@@ -148,6 +148,22 @@ class Tuner:
         self.save_run_state()
         return rec
 
+    def run_rounds(self, on_round=None) -> list[tuple[float, float]]:
+        """Rounds until the budget is spent (or every task is retired), after :meth:`prepare`.
+
+        Returns ``[(tuning seconds, estimated latency s)]`` after each round; ``on_round(record)`` is
+        called for each. The Prefect flow drives :meth:`step` itself (one task run per round).
+        """
+        curve = []
+        while not self.done():
+            rec = self.step()
+            if rec is None:
+                break
+            if on_round is not None:
+                on_round(rec)
+            curve.append((rec.elapsed_s, rec.estimated_latency_s))
+        return curve
+
     def belief_table(self) -> list[Belief]:
         return self.scheduler.beliefs(self.context())
 

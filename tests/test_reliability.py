@@ -327,6 +327,23 @@ def test_build_failures_are_recorded_and_a_task_that_never_builds_is_retired(tin
     assert tags[f"retired.task{rec.task}"] == f"{rec.task_name}: {r['note']}"
 
 
+def test_run_rounds_stops_when_every_task_is_retired(tiny, cpu_target, tmp_path, monkeypatch):
+    """The benches' round loop: one curve point and one callback per round, and it ends by itself."""
+    from dynatune.tuner import Tuner
+
+    monkeypatch.setenv("DYNATUNE_FAULT_BUILD", "all")
+    session = _session(tiny, cpu_target, tmp_path / "work", trials_per_iter=2)
+    tuner = Tuner(session, "round_robin", budget_s=600, slot_s=20)
+    seen = []
+    try:
+        curve = tuner.run_rounds(seen.append)
+    finally:
+        tuner.close()
+    assert len(curve) == len(seen) == len(tuner.rounds) >= 1
+    assert curve == [(r.elapsed_s, r.estimated_latency_s) for r in seen]
+    assert all(r.result["exhausted"] for r in seen) and tuner.elapsed_s < 600  # all retired, budget left
+
+
 def test_crashing_and_hanging_workers_are_errors_and_get_restarted(tiny, cpu_target, tmp_path, monkeypatch):
     """A build worker that dies, a runner that crashes, a runner that hangs past measure.timeout_s: each
     candidate is an error record, the slot goes on, and the next candidates get fresh workers."""
