@@ -2,10 +2,13 @@
 
 A trace file (``dynatune/data/traces/<model>.json``, written by ``bench/record_traces.py``) holds, per task,
 ``trace = [[seconds, trials, best_s], ...]`` with ``trace[0] = [0, 0, default_s]``: the best latency after
-that many seconds of tuning that task alone. A replay gives the scheduler a budget ``B`` and a slot
-length ``S``; each round the chosen task advances ``S`` seconds along its own trace, and its best becomes
-the best recorded at the largest time <= its cumulated seconds. The model latency
-``sum weight x best`` after every round is the objective curve. A task without a valid untuned latency
+that many seconds of tuning that task alone (one point per batch of trials). A replay gives the scheduler
+a budget ``B`` and a slot length ``S``; each round the chosen task runs as a live slot does: whole batches
+until ``S`` seconds have passed, at least one. So it advances to the first recorded point at or after
+(its seconds so far + ``S``) -- a slot that starts a task's slow first batch (which also builds its design
+space) lasts that whole batch -- and the replay clock advances by those real seconds. Past the end of its
+trace a task advances exactly ``S``. The model latency ``sum weight x best`` after every round is the
+objective curve. A task without a valid untuned latency
 (it could not run) is marked exhausted and left out of the objective (listed in ``skipped``).
 
 End of a trace: beyond its last recorded time a task's curve is flat. The recorder stops a task either
@@ -128,7 +131,7 @@ def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end:
     def objective() -> float:
         return math.fsum(w * t._best for w, t in zip(weights, tasks) if math.isfinite(t._best))
 
-    slots = [0] * len(tasks)  # slots given to each task (seconds = slots x slot_s, no float drift)
+    spent = [0.0] * len(tasks)  # tuning seconds each task has had
     elapsed, rnd = 0.0, 0
     curve, choices, dts = [(0.0, objective())], [], []
     while elapsed < budget_s - 1e-9:
@@ -140,18 +143,31 @@ def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end:
         dts.append(time.perf_counter() - t0)
         if i is None:
             break
-        slots[i] += 1
-        spent = slots[i] * slot_s
-        k = bisect_right(times[i], spent + 1e-9) - 1
-        tasks[i].append((spent, trials[i][k], bests[i][k]))
-        if exhausts[i] and spent >= times[i][-1] - 1e-9:
+        start = spent[i]
+        spent[i] = _slot_end(times[i], start, slot_s)
+        k = bisect_right(times[i], spent[i] + 1e-9) - 1
+        tasks[i].append((spent[i], trials[i][k], bests[i][k]))
+        if exhausts[i] and spent[i] >= times[i][-1] - 1e-9:
             tasks[i].exhausted = True
         rnd += 1
-        elapsed = rnd * slot_s
+        elapsed += spent[i] - start
         choices.append(i)
         curve.append((elapsed, objective()))
     return ReplayResult(curve, choices, statistics.fmean(dts) if dts else 0.0, max(dts, default=0.0),
                         curve[-1][1], skipped)
+
+
+def _slot_end(times: list, start: float, slot_s: float) -> float:
+    """Where a slot that starts at ``start`` seconds of a task's trace ends, as a live slot would.
+
+    A live slot (:meth:`TuningSession.tune`) runs whole batches until ``slot_s`` has passed, and always at
+    least one: it ends at the first recorded batch end at or after ``start + slot_s``. Past the end of
+    the trace the curve is flat and a slot lasts exactly ``slot_s``.
+    """
+    k = bisect_right(times, start + slot_s - 1e-9)  # first point >= start + slot_s
+    if k < len(times):
+        return times[k]
+    return start + slot_s
 
 
 def time_to_quality(curve, target: float, rtol: float = 1e-9) -> float:

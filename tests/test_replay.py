@@ -38,10 +38,12 @@ class Fixed(Scheduler):
 
 def test_replay_advances_along_the_trace():
     r = replay(hand_made(), Fixed([0, 0, 0, 1]), budget_s=100, slot_s=2.0)
-    # task 0 at 2 s -> 6.0; at 4 s -> still 6.0 (next point is at 4.5 s); at 6 s -> 4.0; task 1 at 2 s -> 4.0
-    assert r.curve == [(0.0, 24.0), (2.0, 16.0), (4.0, 16.0), (6.0, 12.0), (8.0, 12.0)]
+    # a slot runs whole batches until slot_s has passed, as live: task 0's 2nd slot (from 2 s) lasts until
+    # its next batch ends at 4.5 s -> 5.0; the 3rd runs past the trace's end (flat, exactly 2 s) -> 4.0;
+    # task 1's first slot lasts its whole 3 s first batch -> 3.0. The clock counts those real seconds.
+    assert r.curve == [(0.0, 24.0), (2.0, 16.0), (4.5, 14.0), (6.5, 12.0), (9.5, 11.0)]
     assert r.choices == [0, 0, 0, 1]
-    assert r.final == 12.0 and r.decision_s_per_round >= 0
+    assert r.final == 11.0 and r.decision_s_per_round >= 0
 
 
 def test_budget_limits_rounds_and_history_is_recorded():
@@ -53,8 +55,8 @@ def test_budget_limits_rounds_and_history_is_recorded():
             return 0
 
     r = replay(hand_made(), Spy(), budget_s=5.0, slot_s=2.0)
-    assert len(r.choices) == 3  # 0, 2, 4 < 5
-    assert seen[-1] == (2, 4.0, [2, 0], 6.0)
+    assert len(r.choices) == 3  # rounds start at 0, 2, 4.5 < 5
+    assert seen[-1] == (2, 4.5, [2, 0], 5.0)
 
 
 def test_end_of_trace_flat_or_exhausted():

@@ -102,6 +102,19 @@ def test_all_negligible_stop_or_go_on():
     assert make_scheduler("dynatune").choose(ctx_of(flat)) in (0, 1)  # default: use the budget anyway
 
 
+def test_all_negligible_fallback_shares_slots_by_weighted_latency_per_visit():
+    # flat curves: nothing to gain by belief. "share" picks the largest weight x best / visits.
+    heavy = curve_task(0, 1e-3, 1, 0.5, 0.0, 5.0, 20)  # 0.5e-3 s over 20 slots
+    light = curve_task(1, 1e-3, 1, 0.2, 0.0, 5.0, 4)  # 0.2e-3 s over 4 slots: 5e-5 > 2.5e-5 per slot
+    s = make_scheduler("dynatune")
+    assert all(b.retired for b in s.beliefs(ctx_of([heavy, light])))
+    assert s.choose(ctx_of([heavy, light])) == 1
+    light2 = curve_task(1, 1e-3, 1, 0.2, 0.0, 5.0, 10)  # 2e-5 per slot < 2.5e-5: the heavy task's turn
+    assert make_scheduler("dynatune").choose(ctx_of([heavy, light2])) == 0
+    with pytest.raises(DynatuneError, match="fallback"):
+        make_scheduler("dynatune", fallback="nope")
+
+
 @pytest.mark.parametrize("names", [("fused_reshape", "fused_nn_conv2d"), ("fused_nn_conv2d", "fused_reshape")])
 def test_tiny_gain_task_loses_regardless_of_name(names):
     busy = curve_task(0, 2e-3, 1, 0.2, 0.3, 15.0, 10, name=names[0])

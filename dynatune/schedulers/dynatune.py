@@ -15,8 +15,13 @@ Warm-up: a task competes only after ``warmup`` slots; until then the un-warmed t
 a task is retired when exhausted, or when its optimistic gain ``m_i + c * s_i`` is below
 ``negligible x objective`` -- a task too small to matter never gets a slot, whatever its name. When
 every task left is negligible, ``stop_when_negligible`` decides: stop (return None) or spend the rest of
-the budget anyway (default: there may still be budget to use) on the largest optimistic gain
-``m_i + c * s_i`` -- the most uncertain curve -- without the visit bonus. A task with no valid latency
+the budget anyway (default: there may still be budget to use). The beliefs then no longer tell the tasks
+apart, and ``fallback`` picks: ``"share"`` (default) the largest weighted latency per slot so far,
+``L_i / n_i`` -- slots shared in proportion to what each task still costs, the uninformed rule (it is the
+``best/n`` term of MetaSchedule's gradient rule) -- or ``"uncertain"`` the largest optimistic gain
+``m_i + c * s_i``, the most uncertain curve. Real tuning curves are staircases (most slots gain nothing,
+then a jump), so on the recorded traces ``"uncertain"`` kept probing small tasks that never improved
+(``bench/replay_sweep.py``, BENCHMARKS.md). A task with no valid latency
 at all (not even its default) cannot be valued: it is warmed up last and otherwise scores 0.
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 import math
 
 from ..beliefs import BeliefModel
+from ..errors import DynatuneError
 from .base import Belief, RoundContext
 from .common import ParamScheduler
 
@@ -46,11 +52,15 @@ class DynaTuneScheduler(ParamScheduler):
         "prior_gain_tuned": 0.1,  # prior gain of a task with 1..min_points-1 points
         "prior_strength": 2.0,  # pseudo-observations of the fixed prior vs. the tasks' observed drops
         "stall_strength": 2.0,  # prior weight (in tasks) of the time-to-first-improvement model
+        "fallback": "share",  # all tasks negligible: "share" (L_i / n_i) or "uncertain" (m_i + c s_i)
         "stop_when_negligible": False,  # all tasks left negligible: stop (True) or go on with the best
     }
 
     def __init__(self, seed: int = 0, **params):
         super().__init__(seed, **params)
+        if self.fallback not in ("share", "uncertain"):
+            raise DynatuneError(f"unknown fallback {self.fallback!r} for scheduler 'dynatune'",
+                                "use 'share' or 'uncertain'")
         self.model = BeliefModel(min_points=self.min_points, prior_gain=self.prior_gain,
                                  prior_gain_tuned=self.prior_gain_tuned,
                                  prior_strength=self.prior_strength, stall_strength=self.stall_strength)
@@ -97,6 +107,9 @@ class DynaTuneScheduler(ParamScheduler):
             if not alive:
                 return None
             self.decisions += 1
+            if self.fallback == "share":
+                # the beliefs no longer tell the tasks apart: share slots by weighted latency per visit
+                return max(alive, key=lambda b: (_weighted(b) / max(b.visits, 1), -b.task)).task
             # nothing is worth a slot by its belief: probe the most uncertain curve (no visit bonus)
             return max(alive, key=lambda b: (b.gain_mean_s + self.c * b.gain_std_s, -b.task)).task
         self.decisions += 1
