@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 
@@ -22,7 +23,7 @@ from .model import load_model, parse_shape
 from .session import SearchConfig, TuningSession
 from .target import make_target, usable_cores
 from .tasks import extract_tasks
-from .replay import time_to_quality
+from .replay import time_to_quality, ttq_ratio
 from .tuner import Tuner
 
 
@@ -71,15 +72,16 @@ def main(argv=None) -> int:
             print(f"{model.name} {sch}: {runs[sch]['estimated_ms']:.3f} ms estimated, "
                   f"{runs[sch]['latency_ms']:.3f} ms measured, {runs[sch]['rounds']} rounds", flush=True)
         ref = runs.get("gradient", next(iter(runs.values())))["curve"][-1][1]
-        for r in runs.values():
-            r["ttq_to_gradient_final_s"] = time_to_quality(r["curve"], ref)
-        d = runs.get("dynatune")
+        ttq = {k: time_to_quality(r["curve"], ref) for k, r in runs.items()}
+        censored = [k for k, v in ttq.items() if math.isinf(v)]  # never reached: counted as the whole budget
+        for k, r in runs.items():
+            r["ttq_to_gradient_final_s"] = None if math.isinf(ttq[k]) else ttq[k]
         ratios = {}
-        if d:
+        if "dynatune" in runs:
             for other in ("gradient", "round_robin"):
-                if other in runs and d["ttq_to_gradient_final_s"] > 0:
-                    ratios[f"ttq_vs_{other}"] = runs[other]["ttq_to_gradient_final_s"] / d["ttq_to_gradient_final_s"]
-        results[model.name] = {"runs": runs, "target_ms": ref * 1e3, **ratios}
+                if other in runs:
+                    ratios[f"ttq_vs_{other}"] = ttq_ratio(ttq[other], ttq["dynatune"], args.budget)
+        results[model.name] = {"runs": runs, "target_ms": ref * 1e3, "censored": censored, **ratios}
         from .report import convergence_plot
 
         convergence_plot({k: v["curve"] for k, v in runs.items()}, os.path.join(args.out, f"{model.name}.png"),

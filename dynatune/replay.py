@@ -198,7 +198,7 @@ def default_slot(traces) -> float:
     return statistics.median(steps) if steps else 1.0
 
 
-def _ratio(a: float, b: float, cap: float):
+def ttq_ratio(a: float, b: float, cap: float):
     """TTQ ratio a / b; a TTQ never reached counts as ``cap`` (the run's horizon), None if undefined."""
     a, b = min(a, cap), min(b, cap)
     return None if b == 0 else a / b
@@ -252,8 +252,8 @@ def run_replay_benchmark(models=None, budgets=(0.25, 0.5, 1.0), slot_s: float | 
                 "ttq_s": {k: _json_num(v) for k, v in ttq.items()},
                 "objective_at_budget_s": final, "decision_s_per_round": dec,
                 "censored": [k for k, v in ttq.items() if math.isinf(v)],  # never reached: TTQ counted as horizon
-                "ttq_vs_gradient": _ratio(ttq["gradient"], ttq["dynatune"], horizon * budget),
-                "ttq_vs_round_robin": _ratio(ttq["round_robin"], ttq["dynatune"], horizon * budget),
+                "ttq_vs_gradient": ttq_ratio(ttq["gradient"], ttq["dynatune"], horizon * budget),
+                "ttq_vs_round_robin": ttq_ratio(ttq["round_robin"], ttq["dynatune"], horizon * budget),
             })
         out_models.append({"model": doc.get("model", "?"), "n_tasks": len(doc["tasks"]), "total_s": total,
                            "slot_s": slot, "untuned_s": ref.curve[0][1], "skipped_tasks": ref.skipped,
