@@ -11,12 +11,13 @@ sees the past can expect to beat it by much. Same TTQ definition as ``dynatune b
 import json
 import math
 import os
+import statistics
 import sys
 from bisect import bisect_right
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dynatune.replay import (_slot_end, available_traces, default_slot, load_traces, replay,  # noqa: E402
-                             time_to_quality, total_trace_seconds)
+from dynatune.replay import (available_traces, default_slot, load_traces, replay, running_bests,  # noqa: E402
+                             slot_end, time_to_quality, total_trace_seconds)
 from dynatune.schedulers import make_scheduler  # noqa: E402
 from dynatune.schedulers.base import Scheduler  # noqa: E402
 
@@ -31,15 +32,8 @@ class Clairvoyant(Scheduler):
     def __init__(self, doc, slot_s: float, look: int = LOOK):
         super().__init__()
         self.slot, self.look = slot_s, look
-        self.times, self.bests = [], []
-        for r in doc["tasks"]:
-            self.times.append([float(p[0]) for p in r["trace"]])
-            b, run = float(r["default_s"]), []
-            for p in r["trace"]:
-                if p[2] is not None and math.isfinite(p[2]) and p[2] > 0:
-                    b = min(b, float(p[2]))
-                run.append(b)
-            self.bests.append(run)
+        self.times = [[float(p[0]) for p in r["trace"]] for r in doc["tasks"]]
+        self.bests = [running_bests(r) for r in doc["tasks"]]
 
     def choose(self, ctx):
         best, alive = None, []
@@ -49,7 +43,7 @@ class Clairvoyant(Scheduler):
             alive.append(t)
             end = t.seconds
             for _ in range(self.look):
-                end = _slot_end(self.times[i], end, self.slot)
+                end = slot_end(self.times[i], end, self.slot)
                 j = bisect_right(self.times[i], end + 1e-9) - 1
                 rate = t.weight * max(t.best_s - self.bests[i][j], 0.0) / (end - t.seconds)
                 if rate > 0 and (best is None or rate > best[0]):
@@ -86,11 +80,7 @@ def main():
                   f" vs round-robin {r['clairvoyant_vs_round_robin']:.2f}")
         out.append({"model": m, "budgets": rows})
 
-    def med(xs):
-        xs = sorted(xs)
-        return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
-
-    summary = {f: {k: med([r[k] for r in rs]) for k in
+    summary = {f: {k: statistics.median([r[k] for r in rs]) for k in
                    ("clairvoyant_vs_gradient", "clairvoyant_vs_round_robin", "dynatune_vs_gradient")}
                for f, rs in ratios.items()}
     print("medians over models:", json.dumps(summary))

@@ -8,8 +8,8 @@ until ``S`` seconds have passed, at least one. So it advances to the first recor
 (its seconds so far + ``S``) -- a slot that starts a task's slow first batch (which also builds its design
 space) lasts that whole batch -- and the replay clock advances by those real seconds. Past the end of its
 trace a task advances exactly ``S``. The model latency ``sum weight x best`` after every round is the
-objective curve. A task without a valid untuned latency
-(it could not run) is marked exhausted and left out of the objective (listed in ``skipped``).
+objective curve. A task without a valid untuned latency (it could not run) is marked exhausted and left
+out of the objective (listed in ``skipped``).
 
 End of a trace: beyond its last recorded time a task's curve is flat. The recorder stops a task either
 at ``seconds_per_task`` (its own budget: the curve was still going, flat is the pessimistic guess) or
@@ -96,6 +96,17 @@ def _ends_early(traces, row) -> bool:
     return cap is not None and float(row["trace"][-1][0]) < float(cap) - 1e-9
 
 
+def running_bests(row: dict) -> list[float]:
+    """Best latency after each point of a task's trace (running minimum from its ``default_s``)."""
+    run, b = [], float(row["default_s"])
+    for p in row["trace"]:
+        v = float(p[2]) if p[2] is not None else math.inf
+        if math.isfinite(v) and v > 0:
+            b = min(b, v)
+        run.append(b)
+    return run
+
+
 def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end: bool | None = None,
            stop_at: float | None = None, stop_after_s: float = 0.0) -> ReplayResult:
     """Replay ``scheduler`` on ``traces`` for ``budget_s`` seconds of slots of ``slot_s`` seconds.
@@ -113,13 +124,7 @@ def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end:
         tr = r["trace"]
         times.append([float(p[0]) for p in tr])
         trials.append([int(p[1]) for p in tr])
-        run, b = [], default
-        for p in tr:
-            v = float(p[2]) if p[2] is not None else math.inf
-            if math.isfinite(v) and v > 0:
-                b = min(b, v)
-            run.append(b)
-        bests.append(run)
+        bests.append(running_bests(r))
         if not (math.isfinite(default) and default > 0):
             t.exhausted = True  # untuned latency unknown (the task could not run): left out of the objective
     if [t.index for t in tasks] != list(range(len(tasks))):
@@ -144,7 +149,7 @@ def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end:
         if i is None:
             break
         start = spent[i]
-        spent[i] = _slot_end(times[i], start, slot_s)
+        spent[i] = slot_end(times[i], start, slot_s)
         k = bisect_right(times[i], spent[i] + 1e-9) - 1
         tasks[i].append((spent[i], trials[i][k], bests[i][k]))
         if exhausts[i] and spent[i] >= times[i][-1] - 1e-9:
@@ -157,7 +162,7 @@ def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end:
                         curve[-1][1], skipped)
 
 
-def _slot_end(times: list, start: float, slot_s: float) -> float:
+def slot_end(times: list, start: float, slot_s: float) -> float:
     """Where a slot that starts at ``start`` seconds of a task's trace ends, as a live slot would.
 
     A live slot (:meth:`TuningSession.tune`) runs whole batches until ``slot_s`` has passed, and always at
