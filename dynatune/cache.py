@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 
-from .session import atomic_write_json
+from .files import atomic_write_json
 from .tasks import Task, extract_tasks
 
 VERSION = 1

@@ -88,12 +88,12 @@ def cmd_tune(args) -> int:
     prestart()  # TVM's one-off import side by side with Prefect's local API server, before the flow
     import flows.tune_model as ftm
 
-    ftm.LISTENERS.append(view.on_event)
+    ftm.CALLBACKS.append(view)
     try:
         with view:
             summary = ftm.tune_model(cfg.to_dict() | {"_source": cfg.source})
     finally:
-        ftm.LISTENERS.remove(view.on_event)
+        ftm.CALLBACKS.remove(view)
     if args.json:
         _print_json(summary)
     else:

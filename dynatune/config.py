@@ -110,6 +110,8 @@ class Config:
     target: str | dict = "llvm"
     budget_s: float = 600.0
     slot_s: float = 20.0
+    warmup_share: float = 0.5  # coverage pass: at most this share of the budget gives each task one first batch
+    measure_every_s: float | None = None  # whole-model measurement interval; None: 300 s if budget >= 600 s
     scheduler: SchedulerSection = field(default_factory=SchedulerSection)
     search: SearchSection = field(default_factory=SearchSection)
     measure: MeasureSection = field(default_factory=MeasureSection)
@@ -525,6 +527,8 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
         "target": target,
         "budget_s": lambda v, p: N(v, p, gt=0),
         "slot_s": lambda v, p: N(v, p, gt=0),
+        "warmup_share": lambda v, p: N(v, p, ge=0, le=1),
+        "measure_every_s": lambda v, p: None if v is None else N(v, p, ge=0),
         "scheduler": {
             "name": lambda v, p: S(v, p, choices=SCHEDULERS),
             "params": params,
@@ -624,6 +628,8 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
         target=got.get("target", Config.target),
         budget_s=got.get("budget_s", Config.budget_s),
         slot_s=got.get("slot_s", Config.slot_s),
+        warmup_share=got.get("warmup_share", Config.warmup_share),
+        measure_every_s=got.get("measure_every_s", Config.measure_every_s),
         scheduler=sched,
         search=section(SearchSection, "search"),
         measure=section(MeasureSection, "measure"),

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import sys
 
+from .callbacks import RunCallback
 
-class LiveView:
+
+class LiveView(RunCallback):
     def __init__(self, cfg, quiet: bool = False):
         from rich.console import Console
 
@@ -50,38 +52,41 @@ class LiveView:
             table.add_row(*r)
         return Group(self.progress, table) if self.progress else table
 
-    def on_event(self, event: str, payload) -> None:
-        if event == "tasks":
-            self._say(f"{payload['model']}: {payload['tasks']} tasks"
-                      + (" (from cache)" if payload.get("cache_hit") else ""))
-        elif event == "start":
-            self.last_est = payload["estimate_s"]
-            what = "resuming: estimate" if payload.get("resumed") or payload.get("rounds_done") else \
-                "starting: untuned estimate"
-            self._say(f"{what} {payload['estimate_s'] * 1e3:.2f} ms, "
-                      f"{payload['rounds_done']} rounds done, {payload['elapsed_s']:.0f}/{payload['budget_s']:.0f} s "
-                      f"spent (MLflow run {payload['run_id']})")
-            if self.progress:
-                self.progress.update(self.task_id, completed=payload["elapsed_s"])
-        elif event == "round":
-            gain = (self.last_est - payload.estimated_latency_s) * 1e3 if self.last_est is not None else 0.0
-            self.last_est = payload.estimated_latency_s
-            row = (str(payload.round), payload.task_name[:40], str(payload.result["trials"]), f"{gain:.3f}",
-                   f"{payload.estimated_latency_s * 1e3:.3f}", f"{payload.elapsed_s:.0f}")
-            self.rows.append(row)
-            if self.progress:
-                self.progress.update(self.task_id, completed=min(payload.elapsed_s, self.cfg.budget_s))
-                self.live.update(self._render())
-            else:
-                self._say("round {0:>3}  {1:<40} trials {2:>4}  gain {3:>9} ms  est {4:>9} ms  {5:>5} s".format(*row))
-        elif event == "retired":
-            self._say(f"task {payload['task']} ({payload['task_name']}) retired: {payload['note']}")
-        elif event == "round_failed":
-            self._say(f"round failed (continuing): {payload['error']}")
-        elif event == "warm_start":
-            self._say(f"warm start: {payload['records']} records for {payload['matched_tasks']} matching tasks")
-        elif event == "done":
-            pass
+    # -- RunCallback events ---------------------------------------------------------------------------
+    def on_start(self, run) -> None:
+        self._say(f"{run.model.name}: {len(run.tasks)} tasks" + (" (from cache)" if run.cache_hit else ""))
+        if run.warm_start:
+            w = run.warm_start
+            self._say(f"warm start: {w['records']} records for {w['matched_tasks']} matching tasks")
+        self.last_est = run.untuned_estimate_s
+        what = "resuming: estimate" if run.rounds_done else "starting: untuned estimate"
+        self._say(f"{what} {run.untuned_estimate_s * 1e3:.2f} ms, {run.rounds_done} rounds done, "
+                  f"{run.elapsed_s:.0f}/{self.cfg.budget_s:.0f} s spent")
+        if self.progress:
+            self.progress.update(self.task_id, completed=run.elapsed_s)
+
+    def on_round(self, rec) -> None:
+        gain = (self.last_est - rec.estimated_latency_s) * 1e3 if self.last_est is not None else 0.0
+        self.last_est = rec.estimated_latency_s
+        name = ("first batch: " if rec.phase == "warmup" else "") + rec.task_name
+        row = (str(rec.round), name[:40], str(rec.result["trials"]), f"{gain:.3f}",
+               f"{rec.estimated_latency_s * 1e3:.3f}", f"{rec.elapsed_s:.0f}")
+        self.rows.append(row)
+        if self.progress:
+            self.progress.update(self.task_id, completed=min(rec.elapsed_s, self.cfg.budget_s))
+            self.live.update(self._render())
+        else:
+            self._say("round {0:>3}  {1:<40} trials {2:>4}  gain {3:>9} ms  est {4:>9} ms  {5:>5} s".format(*row))
+
+    def on_retired(self, event) -> None:
+        self._say(f"task {event.task} ({event.task_name}) retired: {event.note}")
+
+    def on_round_failed(self, error: str) -> None:
+        self._say(f"round failed (continuing): {error}")
+
+    def on_measurement(self, m) -> None:
+        vs = f", {m.ratio:.2f}x ONNX Runtime ({m.onnxruntime_ms:.3f} ms)" if m.ratio is not None else ""
+        self._say(f"measured at {m.elapsed_s:.0f} s: {m.latency_ms:.3f} ms{vs} (estimate {m.estimated_ms:.3f} ms)")
 
     def _say(self, text: str) -> None:
         if self.live is not None:
@@ -105,6 +110,9 @@ class LiveView:
         if s.get("max_rel_err") is not None:
             lines.append(f"  numerics vs ONNX Runtime: max rel err {s['max_rel_err']:.2e} "
                          f"({'ok' if s.get('numerics_ok') else 'FAILED'})")
+        if s.get("never_tuned_tasks"):
+            lines.append(f"  {len(s['never_tuned_tasks'])} of {s['tasks']} tasks were never tuned (the budget "
+                         f"could not pay one batch each): they run their untuned schedules")
         lines.append(f"  compiled library: {s.get('artifact')}")
         lines.append(f"  work dir: {s['work_dir']}")
         lines.append(f"  MLflow run {s['mlflow_run_id']}: {s.get('mlflow_ui', '')}")

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 from .builder import PersistentBuilder, remove_artifact
 from .database import FAILED, JsonlWriter, TuningDatabase, mean_secs
+from .files import atomic_write_json, remove_leftovers
 from .measure import MeasureConfig, make_runner, why_stopped
 from .target import target_device
 from .tasks import Task
@@ -338,6 +339,12 @@ class TuningSession:
                     out.commit_tuning_record(top[0])
         return out
 
+    def close_workers(self) -> None:
+        """Stop the builder and runner worker pools (idle pools must not share the cores with a final
+        timing); the records and the state stay usable."""
+        self.builder.close()
+        self.runner.close()
+
     def close(self) -> None:
         self._measurements.close()
         for ctx in self._contexts.values():
@@ -360,53 +367,6 @@ def _default_schedule(mod, target):
         with target:
             return gpu_default_schedule()(mod)
     return mod
-
-
-def atomic_write_json(path: str, obj) -> None:
-    """Write JSON so that a kill leaves either the old or the new file, never half of one."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, default=lambda x: x.item() if hasattr(x, "item") else str(x))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def remove_leftovers(work_dir: str) -> None:
-    """Delete what a killed process left half-done: ``NAME.tmp<pid>`` files of :func:`atomic_write_json`
-    and ``tmp-build-<pid>`` candidate directories, of processes that are no longer running."""
-    import re
-    import shutil
-
-    for d in (work_dir, os.path.join(work_dir, "report")):
-        try:
-            names = os.listdir(d)
-        except OSError:
-            continue
-        for name in names:
-            m = re.fullmatch(r".+\.tmp(\d+)|tmp-build-(\d+)", name)
-            if not m or _pid_alive(int(m.group(1) or m.group(2))):
-                continue
-            path = os.path.join(d, name)
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.remove(path)
-                except OSError:
-                    pass
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, not ours
-        return True
-    return True
 
 
 def _finite_or_none(x: float):

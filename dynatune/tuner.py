@@ -9,6 +9,12 @@ Everything a run needs to continue after a crash lives in the work directory and
 
 A re-run of the same config continues from the next round: finished rounds are not repeated, and the
 budget counts tuning time across all processes of the run.
+
+Coverage pass: before slots compete, every task that was never tuned gets ONE short first batch
+(``trials_per_iter`` trials), heaviest untuned weighted latency first, for at most ``warmup_share`` of the
+budget. A task's first batch brings it 10-60x below its naive default, so a short run must not leave
+tasks there. These rounds are recorded like any other (``phase: "warmup"``); the scheduler is not asked
+and its state does not change, and it decides every round after the pass.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from .database import JsonlWriter, read_jsonl
 from .errors import DynatuneError
 from .schedulers import Belief, RoundContext, TaskView, make_scheduler
-from .session import RoundResult, TuningSession, atomic_write_json
+from .files import atomic_write_json
+from .session import RoundResult, TuningSession
 
 
 @dataclass
@@ -38,6 +45,7 @@ class RoundRecord:
     wall_s: float
     beliefs: list = field(default_factory=list)  # the full table (not stored in rounds.jsonl)
     scheduler_state: dict = field(default_factory=dict)  # after this round (stored with it: one atomic line)
+    phase: str = "scheduler"  # "warmup": the coverage pass chose the task, not the scheduler
 
     def line(self) -> dict:
         d = asdict(self)
@@ -47,11 +55,12 @@ class RoundRecord:
 
 class Tuner:
     def __init__(self, session: TuningSession, scheduler_name: str, *, budget_s: float, slot_s: float,
-                 seed: int = 0, scheduler_params: dict | None = None):
+                 seed: int = 0, scheduler_params: dict | None = None, warmup_share: float = 0.0):
         self.session = session
         self.tasks = session.tasks
         self.budget_s = budget_s
         self.slot_s = slot_s
+        self.warmup_share = warmup_share
         self.scheduler = make_scheduler(scheduler_name, seed=seed, **(scheduler_params or {}))
         self.scheduler_name = scheduler_name
         wd = session.work_dir
@@ -119,22 +128,46 @@ class Tuner:
 
     _all_retired = False
 
+    def warmup_choice(self) -> int | None:
+        """The coverage pass's next task (a never-tuned one, heaviest first), or None when the pass is over:
+        every task covered, or ``warmup_share`` of the budget spent."""
+        if self.warmup_share <= 0 or self.elapsed_s >= self.warmup_share * self.budget_s:
+            return None
+        todo = [t for t in self.tasks
+                if not self.session.state(t.index).history and not self.session.state(t.index).exhausted]
+        if not todo:
+            return None
+
+        def weighted_default(t):
+            d = self.session.state(t.index).default_s
+            return t.weight * d if d is not None and math.isfinite(d) else -1.0  # failed defaults last
+
+        return max(todo, key=lambda t: (weighted_default(t), t.weight * t.flops, -t.index)).index
+
+    def never_tuned(self) -> list[str]:
+        """Names of the tasks that never got a batch (a budget too small to cover them all)."""
+        return [t.name for t in self.tasks if not self.session.state(t.index).history]
+
     def step(self) -> RoundRecord | None:
-        """One round. None when every task is retired."""
+        """One round: the coverage pass's next task, else the scheduler's choice. None when every task
+        is retired."""
         start = time.perf_counter()
         round_no = self.rounds_done
         ctx = self.context()
         t0 = time.perf_counter()
-        choice = self.scheduler.choose(ctx)
+        choice, phase = self.warmup_choice(), "warmup"
+        if choice is None:
+            phase = "scheduler"
+            choice = self.scheduler.choose(ctx)
         table = self.scheduler.beliefs(ctx)
         decision_s = time.perf_counter() - t0
         if choice is None:
             self._all_retired = True
             return None
-        slot = min(self.slot_s, self.remaining_s())
-        res: RoundResult = self.session.tune(choice, seconds=slot)
-        if hasattr(self.scheduler, "observe"):
-            self.scheduler.observe(choice, res)
+        if phase == "warmup":
+            res: RoundResult = self.session.tune(choice, trials=self.session.search.trials_per_iter)
+        else:
+            res = self.session.tune(choice, seconds=min(self.slot_s, self.remaining_s()))
         row = next((b for b in table if b.task == choice), None)
         self.run_state["elapsed_s"] = self.elapsed_s + res.wall_s
         self.run_state["rounds_done"] = self.rounds_done + 1
@@ -142,7 +175,8 @@ class Tuner:
                           result=res.as_dict(), belief=asdict(row) if row else {},
                           estimated_latency_s=self.session.estimated_latency(), elapsed_s=self.elapsed_s,
                           decision_s=decision_s, wall_s=time.perf_counter() - start,
-                          beliefs=[asdict(b) for b in table], scheduler_state=self.scheduler.state_dict())
+                          beliefs=[asdict(b) for b in table], scheduler_state=self.scheduler.state_dict(),
+                          phase=phase)
         self._writer.append(rec.line())
         self.rounds.append(rec.line())
         self.save_run_state()

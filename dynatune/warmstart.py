@@ -14,7 +14,7 @@ import os
 
 from .database import TuningDatabase
 from .errors import DynatuneError
-from .session import atomic_write_json
+from .files import atomic_write_json
 
 
 def warm_start(session, sources: list[str]) -> dict:

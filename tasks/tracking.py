@@ -14,6 +14,7 @@ import time
 import urllib.request
 
 from dynatune import __version__
+from dynatune.callbacks import RunCallback
 from dynatune.errors import DynatuneError
 
 ROUND_METRICS = ("estimated_latency_ms", "task", "belief_mean_ms", "belief_std_ms", "ucb_score", "trials",
@@ -227,3 +228,59 @@ def read_run(uri: str, run_id: str) -> dict:
             pass
     return {"run": run, "rounds": rounds, "summary": summary, "tags": run.data.tags, "params": run.data.params,
             "metrics": run.data.metrics}
+
+
+class MlflowCallback(RunCallback):
+    """Tracks a run in MLflow: one MLflow run per pipeline execution (resumed with the work dir), per-round
+    metrics at step = round, the periodic measurements at their round's step, the summary and artifacts."""
+
+    def __init__(self):
+        self.tracker: Tracker | None = None
+        self.steps = 0
+
+    def on_start(self, run) -> None:
+        t = self.tracker = Tracker(run.cfg, run.model, run.state.get("mlflow_run_id"))
+        run.state["mlflow_run_id"] = t.run_id
+        if not (t.resumed and t.has_metric("untuned_estimate_ms")):  # step 0 is logged once per run
+            # only as its own metric: estimated_latency_ms at step r is the estimate after round r, one
+            # value per step, so the MLflow UI's curves have no double point at step 0
+            t.log_metrics({"untuned_estimate_ms": run.untuned_estimate_s * 1e3}, step=0)
+
+    def on_retired(self, event) -> None:
+        self.tracker.set_tags({f"retired.task{event.task}": f"{event.task_name}: {event.note}"})
+
+    def on_round(self, record) -> None:
+        self.tracker.log_round(record)
+        self.steps = record.round + 1
+
+    def on_measurement(self, m) -> None:
+        self.tracker.log_metrics({"measured_latency_ms": m.latency_ms, "measured_ratio_vs_onnxruntime": m.ratio,
+                                  "measured_onnxruntime_ms": m.onnxruntime_ms}, step=m.round)
+
+    def on_finish(self, summary: dict, report_dir: str) -> None:
+        t = self.tracker
+        metrics = {k: summary.get(k) for k in FINAL_METRICS}
+        metrics["numerics_ok"] = 1.0 if summary.get("numerics_ok") else 0.0
+        t.log_metrics(metrics, step=summary["rounds"])
+        t.set_tags({"never_tuned_tasks": len(summary.get("never_tuned_tasks") or [])})
+        summary["mlflow_run_id"] = t.run_id
+        summary["mlflow_tracking_uri"] = t.uri
+        summary["mlflow_ui"] = t.ui_hint()
+        t.log_dict(summary, "summary.json")
+        t.log_artifact(report_dir, "report")
+        t.log_artifact(os.path.join(summary["work_dir"], "db"), "tuning_db")
+        t.log_artifact(os.path.join(summary["work_dir"], "tasks.json"))
+        if summary.get("artifact"):
+            t.log_artifact(summary["artifact"], "compiled")
+        summary["tracking_s"] = round(t.log_seconds, 3)
+        t.finish("FINISHED" if summary.get("numerics_ok") is not False else "FAILED")
+
+    def on_failure(self, exc) -> None:
+        if self.tracker is not None:
+            self.tracker.finish("FAILED")
+
+
+FINAL_METRICS = ("latency_ms", "untuned_latency_ms", "onnxruntime_latency_ms", "max_rel_err", "max_abs_err",
+                 "speedup_vs_untuned", "speedup_vs_onnxruntime", "estimated_latency_ms", "wall_s",
+                 "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_low", "ratio_vs_onnxruntime_high",
+                 "time_to_onnxruntime_parity_s")

@@ -1,0 +1,70 @@
+"""Periodic whole-model measurement: every few minutes of tuning, compile the model with the best
+schedules so far and time it beside ONNX Runtime, so a run shows what its users would get at that point
+(the estimate, Σ weight × task latency, leaves out what runs between kernels).
+
+Interval: ``measure_every_s`` (null: every 300 s for budgets of 600 s or more, else off; 0: off). The
+measurement's seconds are not tuning time (the budget is not charged), and are reported on their own.
+The points are kept in the run's state, so a resumed run goes on from its last one.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .callbacks import ModelMeasurement
+
+AUTO_EVERY_S = 300.0
+AUTO_MIN_BUDGET_S = 600.0
+
+
+def interval_s(every_s: float | None, budget_s: float) -> float:
+    """The measurement interval in tuning seconds; 0 means off."""
+    if every_s is None:
+        return AUTO_EVERY_S if budget_s >= AUTO_MIN_BUDGET_S else 0.0
+    return max(0.0, float(every_s))
+
+
+class PeriodicMeasurement:
+    def __init__(self, cfg, model, target, tuner, rounds: int = 3):
+        self.every_s = interval_s(cfg.measure_every_s, cfg.budget_s)
+        self.model = model
+        self.target = target
+        self.tuner = tuner
+        self.rounds = rounds
+        self.points: list[dict] = tuner.run_state.setdefault("measurements", [])
+        self._ort = None
+
+    def due(self) -> bool:
+        """A measurement is due: the interval has passed since the last one, and tuning goes on (the end
+        of the run is measured by the final compile anyway)."""
+        if self.every_s <= 0 or self.tuner.done():
+            return False
+        last = self.points[-1]["elapsed_s"] if self.points else 0.0
+        return self.tuner.elapsed_s - last >= self.every_s
+
+    def measure(self) -> ModelMeasurement:
+        import tvm
+
+        from .compile import build, onnxruntime_session, relax_vm, time_side_by_side
+        from .target import target_device, usable_cores
+
+        t0 = time.perf_counter()
+        session = self.tuner.session
+        dev = tvm.device(target_device(self.target), 0)
+        vm = relax_vm(build(self.model, self.target, session.compile_database()), dev)
+        inputs = self.model.random_inputs(0)
+        if self._ort is None:
+            self._ort = onnxruntime_session(self.model, usable_cores())
+        timing = time_side_by_side(vm, self.model, self._ort, inputs, dev, rounds=self.rounds)
+        m = ModelMeasurement(round=max(0, self.tuner.rounds_done - 1), elapsed_s=self.tuner.elapsed_s,
+                             latency_ms=timing.tvm_ms, onnxruntime_ms=timing.ort_ms, ratio=timing.ratio,
+                             ratio_spread=list(timing.ratio_spread),
+                             estimated_ms=session.estimated_latency() * 1e3, seconds=time.perf_counter() - t0)
+        self.points.append(m.__dict__.copy())
+        self.tuner.save_run_state()
+        return m
+
+    def parity_s(self) -> float | None:
+        """The first tuning second at which the measured model beat ONNX Runtime (None: never measured so)."""
+        return next((p["elapsed_s"] for p in self.points if p.get("ratio") is not None and p["ratio"] < 1.0),
+                    None)

@@ -1,0 +1,286 @@
+"""One tuning run, start to end, in one place: resume, warm start, coverage pass, rounds, periodic
+whole-model measurement, compile + verify, profile, summary and report.
+
+    from dynatune.config import load_config
+    from dynatune.pipeline import run
+    summary = run(load_config("configs/quickstart.yaml"), callbacks=[...])
+
+No Prefect, no MLflow: observers are :class:`~dynatune.callbacks.RunCallback` objects, and how each
+stage is executed is a :class:`Steps` object. The Prefect flow (``flows/tune_model.py``) passes Steps
+whose members are Prefect tasks (one task run per round) and the MLflow callback; benches pass their
+own settings. Without Prefect the library gives the same result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+import os
+import time
+from dataclasses import dataclass
+
+from . import __version__
+from .callbacks import CallbackList, RunStart, TaskRetired
+from .errors import DynatuneError
+from .files import atomic_write_json
+from .lock import WorkDirLock
+
+MAX_FAILED_ROUNDS = 3  # rounds in a row that may fail (after their retries) before the run gives up
+
+
+# -- the stages ---------------------------------------------------------------------------------------
+def load_model(cfg):
+    """ONNX -> Relax (weights as parameters)."""
+    from .model import load_model as load
+
+    return load(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
+
+
+def extract(model, cfg):
+    """(target, weighted tasks, cache hit): cached on (model content hash, shapes, target) in <work_dir>/cache."""
+    from .cache import cached_extract
+    from .target import make_target
+
+    target = make_target(cfg.target)
+    tasks, hit = cached_extract(model, target, os.path.join(cfg.work_dir, "cache"))
+    return target, tasks, hit
+
+
+def prepare(tuner) -> float:
+    """Round 0: every task's untuned latency (once per work dir). Returns the estimate (s)."""
+    return tuner.prepare()
+
+
+def tune_round(tuner, round_no: int):
+    """Choose a task -> tune it for one slot (or one first batch) -> record the round."""
+    del round_no  # names the round (the Prefect task run is called after it)
+    return tuner.step()
+
+
+def compile_verify(model, target, database, cfg, artifact: str):
+    from .compile import compile_and_verify
+    from .target import usable_cores
+
+    return compile_and_verify(model, target, database, artifact, threads=usable_cores(),
+                              rel_tol=cfg.compile.rel_tol, measure_untuned=cfg.compile.measure_untuned,
+                              measure_onnxruntime=cfg.compile.measure_onnxruntime)
+
+
+@dataclass
+class Steps:
+    """How the stages run: plain calls by default; the Prefect flow passes Prefect tasks."""
+
+    load_model: object = load_model
+    extract: object = extract
+    prepare: object = prepare
+    tune_round: object = tune_round
+    compile_verify: object = compile_verify
+
+
+# -- the run ------------------------------------------------------------------------------------------
+def run(cfg, callbacks=(), steps: Steps | None = None) -> dict:
+    """Tune ``cfg``'s model for its budget (resuming a run of the same config in its work dir), compile it,
+    check it against ONNX Runtime, write the report. Returns the summary."""
+    from .session import TuningSession
+    from .tuner import Tuner, check_same_run
+
+    steps = steps or Steps()
+    cbs = CallbackList(callbacks)
+    t_start = time.perf_counter()
+    os.makedirs(cfg.work_dir, exist_ok=True)
+    lock = WorkDirLock(cfg.work_dir).acquire(wait_s=2.0)
+    tuner = None
+    started = False
+    try:
+        config_hash = cfg.config_hash()
+        check_same_run(cfg.work_dir, config_hash)  # before anything in the work dir is written
+        atomic_write_json(os.path.join(cfg.work_dir, "config.json"), cfg.to_dict())
+        model = steps.load_model(cfg)
+        target, tasks, cache_hit = steps.extract(model, cfg)
+        import_tvm_intrinsics()
+        session = TuningSession(tasks, target, cfg.work_dir, search=cfg.search_config(),
+                                measure=cfg.measure_config())
+        warm = None
+        if cfg.warm_start:
+            from .warmstart import warm_start
+
+            warm = warm_start(session, cfg.warm_start)
+        tuner = Tuner(session, cfg.scheduler.name, budget_s=cfg.budget_s, slot_s=cfg.slot_s,
+                      seed=cfg.scheduler.seed, scheduler_params=cfg.scheduler.params,
+                      warmup_share=cfg.warmup_share)
+        atomic_write_json(os.path.join(cfg.work_dir, "tasks.json"), [t.as_dict() for t in tasks])
+        est0 = steps.prepare(tuner)
+        start = RunStart(cfg, model, tasks, tuner.run_state, est0, tuner.rounds_done, tuner.elapsed_s,
+                         cache_hit, warm)
+        cbs.on_start(start)
+        started = True
+        tuner.save_run_state(config_hash=config_hash)  # with what the callbacks keep (e.g. the MLflow run id)
+        for t in tasks:  # a task whose untuned schedule does not build or run: say why
+            st = session.state(t.index)
+            if st.note and st.default_s is not None and not math.isfinite(st.default_s):
+                cbs.on_retired(TaskRetired(t.index, t.name, st.note))
+        from .periodic import PeriodicMeasurement
+
+        periodic = PeriodicMeasurement(cfg, model, target, tuner)
+        _rounds(tuner, steps, cbs, periodic)
+        database = session.compile_database()
+        session.close_workers()  # idle worker pools must not share the cores with the final timing
+        artifact = os.path.join(cfg.work_dir, "model.so")
+        report = steps.compile_verify(model, target, database, cfg, artifact) if cfg.compile.verify else None
+        summary = make_summary(cfg, model, tasks, tuner, report, periodic, time.perf_counter() - t_start)
+        out = write_report(cfg, tuner, summary)
+        cbs.on_finish(summary, out)
+        atomic_write_json(os.path.join(out, "summary.json"), summary)
+        if report is not None and not report.numerics_ok:
+            raise DynatuneError(f"compiled model does not match ONNX Runtime: max relative error "
+                                f"{report.max_rel_err:.2e} > {cfg.compile.rel_tol:g}", "see the report in " + cfg.work_dir)
+        return summary
+    except BaseException as exc:
+        if started:
+            cbs.on_failure(exc)
+        raise
+    finally:
+        if tuner is not None:
+            tuner.close()
+        lock.release()
+
+
+def _rounds(tuner, steps, cbs, periodic) -> None:
+    """Rounds until the budget is spent or every task is retired. A round that fails (after the step's own
+    retries) does not end the run; ``MAX_FAILED_ROUNDS`` in a row do."""
+    failures = 0
+    while not tuner.done():
+        try:
+            rec = steps.tune_round(tuner, tuner.rounds_done)
+            failures = 0
+        except Exception as exc:
+            failures += 1
+            cbs.on_round_failed(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+            if failures >= MAX_FAILED_ROUNDS:
+                raise
+            continue
+        if rec is None:
+            break
+        cbs.on_round(rec)
+        if rec.result.get("exhausted") and rec.result.get("note"):
+            cbs.on_retired(TaskRetired(rec.task, rec.task_name, rec.result["note"]))
+        if periodic.due():
+            cbs.on_measurement(periodic.measure())
+
+
+def import_tvm_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` (the first tuning slot needs it) from a fresh thread.
+
+    TVMScript's parser calls ``inspect.stack()`` for each of its ~250 intrinsics, and every frame costs
+    a scan of ``sys.modules``. Inside a Prefect flow run the stack is ~30 frames deep and ``sys.modules``
+    holds Prefect and MLflow: the import took ~85 s there instead of ~20 s at top level. A fresh
+    thread has a shallow stack (~30 s in a flow run). The caller waits for it, so no two threads ever
+    import the same modules at once.
+    """
+    import sys
+    import threading
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            import tvm.s_tir.tensor_intrin  # noqa: F401
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            errors.append(exc)
+
+    t = threading.Thread(target=work, name="dynatune-import-tvm", daemon=True)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
+
+
+# -- summary and report -------------------------------------------------------------------------------
+def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> dict:
+    session = tuner.session
+    trials = sum(r["result"]["trials"] for r in tuner.rounds)
+    s = {
+        "model": model.name, "model_sha256": model.sha256, "model_version": cfg.model.version,
+        "scheduler": cfg.scheduler.name, "tasks": len(tasks), "rounds": len(tuner.rounds), "trials": trials,
+        "budget_s": cfg.budget_s, "elapsed_s": round(tuner.elapsed_s, 3), "wall_s": round(wall_s, 3),
+        "estimated_latency_ms": session.estimated_latency() * 1e3,
+        "initial_estimated_latency_ms": sum(t.weight * d for t in tasks
+                                            if (d := session.state(t.index).default_s) is not None
+                                            and math.isfinite(d)) * 1e3,
+        "warmup_rounds": sum(1 for r in tuner.rounds if r.get("phase") == "warmup"),
+        "never_tuned_tasks": tuner.never_tuned(),
+        "latency_ms": None, "untuned_latency_ms": None, "onnxruntime_latency_ms": None, "max_rel_err": None,
+        "max_abs_err": None, "numerics_ok": None, "artifact": None, "work_dir": cfg.work_dir,
+        "measurements": periodic.points, "time_to_onnxruntime_parity_s": periodic.parity_s(),
+        "periodic_measure_s": round(sum(p["seconds"] for p in periodic.points), 3),
+        "dynatune_version": __version__,
+        "retired_tasks": {t.name: session.state(t.index).note for t in tasks
+                          if session.state(t.index).note},  # why tasks stopped being tuned
+    }
+    if report is not None:
+        s.update(latency_ms=report.latency_ms, untuned_latency_ms=report.untuned_latency_ms,
+                 onnxruntime_latency_ms=report.onnxruntime_latency_ms, max_rel_err=report.max_rel_err,
+                 max_abs_err=report.max_abs_err, numerics_ok=report.numerics_ok, artifact=report.artifact)
+        if report.untuned_latency_ms:
+            s["speedup_vs_untuned"] = report.untuned_latency_ms / report.latency_ms
+        if report.onnxruntime_latency_ms:
+            s["speedup_vs_onnxruntime"] = report.onnxruntime_latency_ms / report.latency_ms
+    return s
+
+
+def write_report(cfg, tuner, summary) -> str:
+    """The work dir's ``report/``: convergence and belief plots, markdown report, summary. Returns the dir."""
+    from . import report as rp
+
+    out = os.path.join(cfg.work_dir, "report")
+    os.makedirs(out, exist_ok=True)
+    initial = summary["initial_estimated_latency_ms"] / 1e3
+    rp.convergence_plot({cfg.scheduler.name: rp.curve_from_rounds(tuner.rounds, initial)},
+                        os.path.join(out, "convergence.png"), title=f"{summary['model']} ({cfg.scheduler.name})")
+    ctx = tuner.context()
+    table = {b.task: b for b in tuner.belief_table()}
+    rp.belief_plot([{"name": t.name, "weight": t.weight, "default_s": t.default_s,
+                     "history": t.history, "gain_mean_s": table[t.index].gain_mean_s if t.index in table else 0.0,
+                     "gain_std_s": table[t.index].gain_std_s if t.index in table else 0.0, "slot_s": cfg.slot_s}
+                    for t in ctx.tasks], os.path.join(out, "beliefs.png"))
+    rp.markdown_report(summary, tuner.rounds, os.path.join(out, "report.md"))
+    atomic_write_json(os.path.join(out, "summary.json"), summary)
+    return out
+
+
+# -- retunes --------------------------------------------------------------------------------------------
+def retune_config(cfg, now: datetime.datetime | None = None):
+    """The config of a retune of ``cfg``: same model, search, store; a new dated work directory.
+
+    The new run is warm-started from the newest earlier run of this config that has records (the base
+    work dir or an earlier retune), so matched tasks start at their best known schedules and the search
+    carries on from them; it is tracked as a new MLflow run (``trigger=retune``) in the same store and
+    experiment, so nightly runs line up in the MLflow UI.
+    """
+    stamp = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    base = cfg.work_dir
+    work_dir = os.path.join(base, "retune", stamp)
+    prev = latest_run_dir(base)
+    warm = list(cfg.warm_start)
+    if prev and prev not in warm:
+        warm.append(prev)
+    tracking = dataclasses.replace(cfg.tracking, run_name=cfg.tracking.run_name or f"retune-{stamp}",
+                                   tags={**cfg.tracking.tags, "trigger": "retune", "retune_of": base})
+    return dataclasses.replace(cfg, work_dir=work_dir, warm_start=warm, tracking=tracking)
+
+
+def latest_run_dir(base: str) -> str | None:
+    """The newest of ``base`` and ``base/retune/*`` that holds tuning records (None if none does)."""
+    def has_records(d):
+        p = os.path.join(d, "db", "records.jsonl")
+        return os.path.exists(p) and os.path.getsize(p) > 0
+
+    root = os.path.join(base, "retune")
+    dated = sorted(os.listdir(root), reverse=True) if os.path.isdir(root) else []
+    for d in [os.path.join(root, x) for x in dated] + [base]:
+        if has_records(d):
+            return d
+    return None
