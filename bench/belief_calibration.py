@@ -33,7 +33,7 @@ class Probe(Scheduler):
             i, mean, std, wl, before = self.pending
             t = ctx.tasks[i]
             self.rows.append((mean, std, wl, t.weight * (before - t.best_s), t.visits))
-        i = self.rr.choose(ctx)
+        i = self.rr.pick(ctx)
         if i is None:
             return None
         t = ctx.tasks[i]

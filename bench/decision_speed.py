@@ -58,7 +58,7 @@ def main() -> None:
     for r in range(args.rounds):
         ctx = RoundContext(tasks, r, args.slot, sum(t.seconds for t in tasks))
         t0 = time.perf_counter()
-        i = sched.choose(ctx)
+        i = sched.pick(ctx)
         times.append(time.perf_counter() - t0)
         if i is None:
             break

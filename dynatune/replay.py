@@ -144,7 +144,7 @@ def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end:
             break
         ctx = RoundContext(tasks, rnd, slot_s, elapsed, budget_s)
         t0 = time.perf_counter()
-        i = scheduler.choose(ctx)
+        i = scheduler.pick(ctx)
         dts.append(time.perf_counter() - t0)
         if i is None:
             break

@@ -168,6 +168,7 @@ class Tuner:
             res: RoundResult = self.session.tune(choice, trials=self.session.search.trials_per_iter)
         else:
             res = self.session.tune(choice, seconds=min(self.slot_s, self.remaining_s()))
+            self.scheduler.after_round(ctx, choice)
         row = next((b for b in table if b.task == choice), None)
         self.run_state["elapsed_s"] = self.elapsed_s + res.wall_s
         self.run_state["rounds_done"] = self.rounds_done + 1

@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
+
 from dynatune.cli import main
+
+pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
 
 def test_bench_live_tunes_with_every_scheduler_and_reports_ttq(tiny_onnx, tmp_path):

@@ -20,6 +20,8 @@ import pytest
 
 from helpers import ROOT, make_tiny_onnx
 
+pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
+
 NAME = "tiny-net"
 FAST = {"budget_s": 4, "slot_s": 2, "search": {"trials_per_iter": 4, "population_size": 32},
         "measure": {"repeat": 3, "min_repeat_ms": 5},

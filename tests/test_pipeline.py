@@ -10,6 +10,8 @@ import pytest
 
 from helpers import ROOT, make_tiny_onnx
 
+pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
+
 
 def _run(args, cwd, timeout=900):
     env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=os.path.join(cwd, ".prefect"))

@@ -23,6 +23,8 @@ import pytest
 
 from helpers import ROOT, make_tiny_onnx
 
+pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
+
 FAILED = 1e10
 FAULT_VARS = ("DYNATUNE_FAULT_BUILD", "DYNATUNE_FAULT_RUN")
 

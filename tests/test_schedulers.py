@@ -1,5 +1,6 @@
 """Schedulers: DynaTune's UCB, warm-up and retirement; each baseline's rule; registry; state round-trips."""
 
+import json
 import math
 
 import numpy as np
@@ -35,7 +36,7 @@ def test_ucb_picks_largest_true_gain_when_beliefs_are_sharp():
     true_gain = [t.weight * (t.best_s - t.default_s * (0.2 + 0.3 * math.exp(-31 / r)))
                  for t, r in zip(tasks, rates)]
     s = make_scheduler("dynatune")
-    assert s.choose(ctx_of(tasks)) == int(np.argmax(true_gain)) == 1
+    assert s.pick(ctx_of(tasks)) == int(np.argmax(true_gain)) == 1
     table = s.beliefs(ctx_of(tasks))
     assert [b.task for b in table] == [0, 1, 2]
     assert table[1].score == max(b.score for b in table)
@@ -44,7 +45,7 @@ def test_ucb_picks_largest_true_gain_when_beliefs_are_sharp():
 
 def test_weight_scales_the_gain():
     tasks = [curve_task(0, 1e-3, 1, 0.2, 0.3, 15.0, 20), curve_task(1, 1e-3, 4, 0.2, 0.3, 15.0, 20)]
-    assert make_scheduler("dynatune").choose(ctx_of(tasks)) == 1
+    assert make_scheduler("dynatune").pick(ctx_of(tasks)) == 1
 
 
 def test_warmup_visits_every_task_first_heaviest_first():
@@ -54,7 +55,7 @@ def test_warmup_visits_every_task_first_heaviest_first():
     s = make_scheduler("dynatune", warmup=1)
     order = []
     for r in range(len(tasks)):
-        i = s.choose(ctx_of(tasks, r))
+        i = s.pick(ctx_of(tasks, r))
         order.append(i)
         tune(tasks[i], tasks[i].default_s * rng.uniform(0.3, 0.6))
     assert order == [3, 1, 4, 2, 0]  # every task once, largest weighted latency first
@@ -65,7 +66,7 @@ def test_warmup_twice():
     s = make_scheduler("dynatune", warmup=2)
     seen = []
     for r in range(6):
-        i = s.choose(ctx_of(tasks, r))
+        i = s.pick(ctx_of(tasks, r))
         seen.append(i)
         tune(tasks[i], tasks[i].best_s * 0.7)
     assert sorted(seen) == [0, 0, 1, 1, 2, 2]
@@ -76,13 +77,13 @@ def test_exhausted_tasks_retire_and_none_when_all_retired():
     tasks[1].exhausted = True
     s = make_scheduler("dynatune")
     for _ in range(5):
-        i = s.choose(ctx_of(tasks))
+        i = s.pick(ctx_of(tasks))
         assert i != 1
         tune(tasks[i], tasks[i].best_s * 0.99)
     assert s.beliefs(ctx_of(tasks))[1].retired
     for t in tasks:
         t.exhausted = True
-    assert s.choose(ctx_of(tasks)) is None
+    assert s.pick(ctx_of(tasks)) is None
 
 
 def test_negligible_task_retired_and_never_warmed_up():
@@ -90,7 +91,7 @@ def test_negligible_task_retired_and_never_warmed_up():
     tiny = TaskView(1, "tiny", "k1", 1, 1e6, 1e-8)  # 1e-6 of the objective
     s = make_scheduler("dynatune", negligible=1e-3)
     for r in range(6):
-        assert s.choose(ctx_of([big, tiny], r)) == 0
+        assert s.pick(ctx_of([big, tiny], r)) == 0
         tune(big, big.best_s * 0.9)
     assert s.beliefs(ctx_of([big, tiny]))[1].retired
     assert s.beliefs(ctx_of([big, tiny]))[1].note == "negligible"
@@ -98,8 +99,8 @@ def test_negligible_task_retired_and_never_warmed_up():
 
 def test_all_negligible_stop_or_go_on():
     flat = [curve_task(i, 1e-3, 1, 0.5, 0.0, 5.0, 20) for i in range(2)]  # flat: zero predicted gain
-    assert make_scheduler("dynatune", stop_when_negligible=True).choose(ctx_of(flat)) is None
-    assert make_scheduler("dynatune").choose(ctx_of(flat)) in (0, 1)  # default: use the budget anyway
+    assert make_scheduler("dynatune", stop_when_negligible=True).pick(ctx_of(flat)) is None
+    assert make_scheduler("dynatune").pick(ctx_of(flat)) in (0, 1)  # default: use the budget anyway
 
 
 def test_all_negligible_fallback_shares_slots_by_weighted_latency_per_visit():
@@ -108,9 +109,9 @@ def test_all_negligible_fallback_shares_slots_by_weighted_latency_per_visit():
     light = curve_task(1, 1e-3, 1, 0.2, 0.0, 5.0, 4)  # 0.2e-3 s over 4 slots: 5e-5 > 2.5e-5 per slot
     s = make_scheduler("dynatune")
     assert all(b.retired for b in s.beliefs(ctx_of([heavy, light])))
-    assert s.choose(ctx_of([heavy, light])) == 1
+    assert s.pick(ctx_of([heavy, light])) == 1
     light2 = curve_task(1, 1e-3, 1, 0.2, 0.0, 5.0, 10)  # 2e-5 per slot < 2.5e-5: the heavy task's turn
-    assert make_scheduler("dynatune").choose(ctx_of([heavy, light2])) == 0
+    assert make_scheduler("dynatune").pick(ctx_of([heavy, light2])) == 0
     with pytest.raises(DynatuneError, match="fallback"):
         make_scheduler("dynatune", fallback="nope")
 
@@ -119,10 +120,10 @@ def test_all_negligible_fallback_shares_slots_by_weighted_latency_per_visit():
 def test_tiny_gain_task_loses_regardless_of_name(names):
     busy = curve_task(0, 2e-3, 1, 0.2, 0.3, 15.0, 10, name=names[0])
     small = curve_task(1, 2e-3, 1, 0.499, 0.001, 15.0, 10, name=names[1])
-    assert make_scheduler("dynatune").choose(ctx_of([busy, small])) == 0
+    assert make_scheduler("dynatune").pick(ctx_of([busy, small])) == 0
     swapped = [curve_task(0, 2e-3, 1, 0.499, 0.001, 15.0, 10, name=names[0]),
                curve_task(1, 2e-3, 1, 0.2, 0.3, 15.0, 10, name=names[1])]
-    assert make_scheduler("dynatune").choose(ctx_of(swapped)) == 1
+    assert make_scheduler("dynatune").pick(ctx_of(swapped)) == 1
 
 
 # -- baselines ---------------------------------------------------------------------------------------
@@ -130,10 +131,10 @@ def test_round_robin_cycles_over_alive_tasks():
     tasks = [TaskView(i, f"t{i}", f"k{i}", 1, 1e6, 1e-3) for i in range(4)]
     tasks[2].exhausted = True
     s = make_scheduler("round_robin")
-    assert [s.choose(ctx_of(tasks)) for _ in range(6)] == [0, 1, 3, 0, 1, 3]
+    assert [s.pick(ctx_of(tasks)) for _ in range(6)] == [0, 1, 3, 0, 1, 3]
     for t in tasks:
         t.exhausted = True
-    assert s.choose(ctx_of(tasks)) is None
+    assert s.pick(ctx_of(tasks)) is None
 
 
 def test_gradient_rule_on_hand_made_context():
@@ -145,10 +146,10 @@ def test_gradient_rule_on_hand_made_context():
     assert gradient_score(t1, 0.2, 3) == pytest.approx(7.2)
     s = make_scheduler("gradient")
     ctx = ctx_of([t0, t1])
-    assert [s.choose(ctx), s.choose(ctx)] == [0, 1]  # warm-up: index order
-    assert s.choose(ctx) == 1
+    assert [s.pick(ctx), s.pick(ctx)] == [0, 1]  # warm-up: index order
+    assert s.pick(ctx) == 1
     t1.weight, t0.weight = 1, 10  # 13.33 > 7.2
-    assert s.choose(ctx) == 0
+    assert s.pick(ctx) == 0
 
 
 def test_gradient_warmup_skips_exhausted_and_ties_are_random_but_seeded():
@@ -158,7 +159,7 @@ def test_gradient_warmup_skips_exhausted_and_ties_are_random_but_seeded():
         s = make_scheduler("gradient", seed=seed)
         picks = []
         for r in range(12):
-            i = s.choose(ctx_of(tasks, r))
+            i = s.pick(ctx_of(tasks, r))
             picks.append(i)
             tune(tasks[i], tasks[i].default_s)  # nothing improves: all scores tie after warm-up
         return picks
@@ -172,10 +173,10 @@ def test_gradient_warmup_skips_exhausted_and_ties_are_random_but_seeded():
 def test_random_is_uniform_over_alive_and_seeded():
     tasks = [TaskView(i, f"t{i}", f"k{i}", 1, 1e6, 1e-3) for i in range(4)]
     tasks[0].exhausted = True
-    picks = [make_scheduler("random", seed=7).choose(ctx_of(tasks)) for _ in range(3)]
+    picks = [make_scheduler("random", seed=7).pick(ctx_of(tasks)) for _ in range(3)]
     assert len(set(picks)) == 1  # same seed, same first pick
     s = make_scheduler("random", seed=1)
-    counts = np.bincount([s.choose(ctx_of(tasks)) for _ in range(3000)], minlength=4)
+    counts = np.bincount([s.pick(ctx_of(tasks, r)) for r in range(3000)], minlength=4)
     assert counts[0] == 0 and all(900 < c < 1100 for c in counts[1:])
 
 
@@ -184,11 +185,11 @@ def test_greedy_untried_first_then_largest_last_gain():
     t1 = TaskView(1, "b", "k1", 3, 1e6, 10.0, [(3, 8, 6.0), (6, 16, 5.8)])  # last drop 3 x 0.2 = 0.6
     t2 = TaskView(2, "c", "k2", 1, 1e6, 10.0)
     s = make_scheduler("greedy")
-    assert s.choose(ctx_of([t0, t1, t2])) == 2
+    assert s.pick(ctx_of([t0, t1, t2])) == 2
     tune(t2, 10.0)  # no gain
-    assert s.choose(ctx_of([t0, t1, t2])) == 1
+    assert s.pick(ctx_of([t0, t1, t2])) == 1
     t1.exhausted = True
-    assert s.choose(ctx_of([t0, t1, t2])) == 0
+    assert s.pick(ctx_of([t0, t1, t2])) == 0
 
 
 # -- registry and state --------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ def test_state_dict_round_trip(name):
              for i in range(6)]
 
     def step(s, r):
-        i = s.choose(ctx_of(tasks, r))
+        i = s.pick(ctx_of(tasks, r))
         return i
 
     a = make_scheduler(name, seed=5)
@@ -243,5 +244,21 @@ def test_ucb_agrees_with_true_best_on_random_sharp_contexts():
         if top2[1] < 1.5 * top2[0]:
             continue  # too close to call
         total += 1
-        agree += make_scheduler("dynatune").choose(ctx_of(tasks)) == int(np.argmax(gains))
+        agree += make_scheduler("dynatune").pick(ctx_of(tasks)) == int(np.argmax(gains))
     assert total >= 15 and agree / total >= 0.8
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_choose_has_no_side_effects_so_a_retried_round_chooses_the_same(name):
+    """A round that raises after choose() (and is retried, e.g. by Prefect) must not skip or repeat a task:
+    choose() leaves the scheduler as it was; only after_round() moves it on."""
+    tasks = [curve_task(i, 1e-3 * (i + 1), 1 + i % 2, 0.3, 0.7, 2.0, i % 3) for i in range(5)]
+    s = make_scheduler(name, seed=3)
+    for r in range(12):
+        ctx = ctx_of(tasks, r)
+        before = json.dumps(s.state_dict(), sort_keys=True, default=str)
+        first = s.choose(ctx)
+        assert s.choose(ctx) == first  # the retry
+        assert json.dumps(s.state_dict(), sort_keys=True, default=str) == before
+        s.after_round(ctx, first)
+        tune(tasks[first], tasks[first].best_s * 0.97)

@@ -16,6 +16,8 @@ from dynatune.tasks import extract_tasks
 
 from helpers import randomized_light_model
 
+pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
+
 SMALL = SearchConfig(trials_per_iter=4, population_size=32, init_min_unmeasured=16, genetic_num_iters=1)
 FAST = MeasureConfig(repeat=3, min_repeat_ms=5)
 

@@ -83,7 +83,21 @@ class Scheduler(ABC):
 
     @abstractmethod
     def choose(self, ctx: RoundContext) -> int | None:
-        """Index of the task to tune next, or None when every task is retired."""
+        """Index of the task to tune next, or None when every task is retired.
+
+        No side effects: the same context gives the same choice, so a round that raises and is retried
+        chooses again what it chose before. State changes belong in :meth:`after_round`.
+        """
+
+    def after_round(self, ctx: RoundContext, choice: int) -> None:
+        """The slot of ``choice`` (chosen on ``ctx``) has run: advance the scheduler's own state."""
+
+    def pick(self, ctx: RoundContext) -> int | None:
+        """``choose`` then ``after_round``: for drivers that do not run a slot in between (tests, benches)."""
+        i = self.choose(ctx)
+        if i is not None:
+            self.after_round(ctx, i)
+        return i
 
     def beliefs(self, ctx: RoundContext) -> list[Belief]:
         """The per-task table behind the last choice (schedulers without beliefs give a plain one)."""

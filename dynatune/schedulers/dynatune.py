@@ -106,17 +106,18 @@ class DynaTuneScheduler(ParamScheduler):
             alive = [b for b, t in zip(table, ctx.tasks) if not t.exhausted]  # negligible ones
             if not alive:
                 return None
-            self.decisions += 1
             if self.fallback == "share":
                 # the beliefs no longer tell the tasks apart: share slots by weighted latency per visit
                 return max(alive, key=lambda b: (_weighted(b) / max(b.visits, 1), -b.task)).task
             # nothing is worth a slot by its belief: probe the most uncertain curve (no visit bonus)
             return max(alive, key=lambda b: (b.gain_mean_s + self.c * b.gain_std_s, -b.task)).task
-        self.decisions += 1
         cold = [b for b in alive if b.visits < self.warmup]
         if cold:  # warm-up, heaviest weighted latency first
             return max(cold, key=lambda b: (_weighted(b), -b.task)).task
         return max(alive, key=lambda b: (b.score, -b.task)).task
+
+    def after_round(self, ctx: RoundContext, choice: int) -> None:
+        self.decisions += 1
 
     def beliefs(self, ctx: RoundContext) -> list[Belief]:
         return list(self._evaluate(ctx))

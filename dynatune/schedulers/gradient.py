@@ -45,24 +45,27 @@ class GradientScheduler(ParamScheduler):
     def __init__(self, seed: int = 0, **params):
         super().__init__(seed, **params)
         self.rounds_done = 0  # num_rounds_already_
-        self.rng = np.random.default_rng(seed)
+
+    def _warmup_pick(self, ctx: RoundContext) -> int | None:
+        """The round-robin warm-up's next task (exhausted ones skipped), None once it is over."""
+        return next((i for i in range(self.rounds_done, len(ctx.tasks)) if not ctx.tasks[i].exhausted), None)
 
     def choose(self, ctx: RoundContext) -> int | None:
-        n = len(ctx.tasks)
-        while self.rounds_done < n:  # round-robin warm-up
-            i = self.rounds_done
-            self.rounds_done += 1
-            if not ctx.tasks[i].exhausted:
-                return i
-        self.rounds_done += 1
+        i = self._warmup_pick(ctx)
+        if i is not None:
+            return i
         alive = [t for t in ctx.tasks if not t.exhausted]
         if not alive:
             return None
         grad = [gradient_score(t, self.alpha, self.window) for t in alive]
         hi, lo = max(grad), min(grad)
-        if hi == lo:
-            return alive[int(self.rng.integers(len(alive)))].index
+        if hi == lo:  # a seeded draw, the same for the same round
+            return alive[int(np.random.default_rng([self.seed, self.rounds_done]).integers(len(alive)))].index
         return alive[grad.index(hi)].index
+
+    def after_round(self, ctx: RoundContext, choice: int) -> None:
+        i = self._warmup_pick(ctx)
+        self.rounds_done = i + 1 if i is not None else max(self.rounds_done, len(ctx.tasks)) + 1
 
     def beliefs(self, ctx: RoundContext) -> list[Belief]:
         return [Belief(t.index, t.name, t.weight, t.best_s, 0.0, 0.0,
@@ -70,9 +73,7 @@ class GradientScheduler(ParamScheduler):
                 for t in ctx.tasks]
 
     def state_dict(self) -> dict:
-        return {"rounds_done": self.rounds_done, "rng": self.rng.bit_generator.state}
+        return {"rounds_done": self.rounds_done}
 
     def load_state_dict(self, state: dict) -> None:
         self.rounds_done = int(state.get("rounds_done", 0))
-        if "rng" in state:
-            self.rng.bit_generator.state = state["rng"]

@@ -19,9 +19,11 @@ class RoundRobinScheduler(ParamScheduler):
         for k in range(n):
             i = (self.next_index + k) % n
             if not ctx.tasks[i].exhausted:
-                self.next_index = i + 1
                 return i
         return None
+
+    def after_round(self, ctx: RoundContext, choice: int) -> None:
+        self.next_index = choice + 1
 
     def state_dict(self) -> dict:
         return {"next_index": self.next_index}

@@ -1,0 +1,112 @@
+"""Tuned model vs ONNX Runtime: tune each model with the default config for each budget, then time the
+compiled model against ONNX Runtime in one fresh process (same threads, same inputs, interleaved).
+
+    python bench/vs_onnxruntime.py --model ../shared/models/squeezenet1_1.onnx \
+        --model ../shared/models/mnasnet0_5.onnx --model ../shared/models/transformer_tiny.onnx \
+        --budget 300 --label after [--repo PATH] [--measure-every 60]
+
+Each (model, budget) runs ``dynatune tune MODEL --budget B --json`` in its own work directory, as a user
+would (Prefect + MLflow included). ``--repo`` runs another checkout's dynatune instead (e.g. a worktree of
+an older commit, for the "before" figures); the timing always uses this checkout's side-by-side timer,
+which needs only TVM and ONNX Runtime. Reported per run: the ratio tuned / ORT (median of alternating
+rounds, and the spread of the per-round ratios), the run's own figures, and the time to ORT parity: the
+first tuning second at which the periodically measured model beat ONNX Runtime (``--measure-every``
+sets the interval for the run; runs of versions without periodic measurement have none).
+Results are merged into ``bench/results/vs_onnxruntime.json`` under ``label/model/budget``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def tune(repo: str, model: str, budget: float, work: str, measure_every: float | None) -> dict:
+    cmd = [sys.executable, "-m", "dynatune.cli", "tune", "--model", model, "--budget", str(budget),
+           "--work-dir", work, "--json"]
+    if measure_every is not None:
+        cmd += ["--set", f"measure_every_s={measure_every}"]
+    env = dict(os.environ, PYTHONPATH=repo)
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"tune failed ({out.returncode}): {out.stderr[-2000:]}")
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary["bench_wall_s"] = time.perf_counter() - t0
+    return summary
+
+
+def time_fresh(model: str, artifact: str, rounds: int) -> dict:
+    """Time ``artifact`` vs ONNX Runtime in a fresh process (this file with --time-only)."""
+    out = subprocess.run([sys.executable, __file__, "--time-only", artifact, "--model", model,
+                          "--rounds", str(rounds)], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    if out.returncode != 0:
+        raise RuntimeError(f"timing failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def time_only(model_path: str, artifact: str, rounds: int) -> dict:
+    import tvm
+
+    from dynatune.compile import load, onnxruntime_session, time_side_by_side
+    from dynatune.model import load_model
+    from dynatune.target import usable_cores
+
+    model = load_model(model_path, {})
+    dev = tvm.cpu(0)
+    vm = load(artifact, dev)
+    threads = usable_cores()
+    t = time_side_by_side(vm, model, onnxruntime_session(model, threads), model.random_inputs(0), dev,
+                          rounds=rounds)
+    return {"tvm_ms": t.tvm_ms, "onnxruntime_ms": t.ort_ms, "ratio": t.ratio, "ratio_spread": list(t.ratio_spread),
+            "rounds": rounds, "threads": threads}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", action="append", required=True)
+    ap.add_argument("--budget", action="append", type=float, default=[])
+    ap.add_argument("--label", default="after")
+    ap.add_argument("--repo", default=ROOT, help="the checkout whose dynatune tunes (default: this one)")
+    ap.add_argument("--measure-every", type=float, default=None)
+    ap.add_argument("--rounds", type=int, default=15, help="alternating timing rounds")
+    ap.add_argument("--work", default="/tmp/dynatune-vs-ort")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "vs_onnxruntime.json"))
+    ap.add_argument("--time-only", metavar="ARTIFACT", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.time_only:
+        print(json.dumps(time_only(args.model[0], args.time_only, args.rounds)))
+        return 0
+    results = json.load(open(args.out)) if os.path.exists(args.out) else {}
+    for model in args.model:
+        name = os.path.splitext(os.path.basename(model))[0]
+        for budget in args.budget or [300.0]:
+            work = os.path.join(args.work, args.label, f"{name}-{int(budget)}")
+            s = tune(os.path.abspath(args.repo), os.path.abspath(model), budget, work, args.measure_every)
+            fresh = time_fresh(os.path.abspath(model), s["artifact"], args.rounds)
+            row = {"fresh": fresh, "run": {k: s.get(k) for k in (
+                "tasks", "rounds", "trials", "elapsed_s", "wall_s", "estimated_latency_ms", "latency_ms",
+                "onnxruntime_latency_ms", "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_low",
+                "ratio_vs_onnxruntime_high", "time_to_onnxruntime_parity_s", "never_tuned_tasks", "warmup_rounds",
+                "max_rel_err", "numerics_ok", "measurements", "periodic_measure_s")}, "bench_wall_s": s["bench_wall_s"],
+                   "date": time.strftime("%Y-%m-%d %H:%M"), "repo": os.path.abspath(args.repo)}
+            results.setdefault(args.label, {}).setdefault(name, {})[str(int(budget))] = row
+            os.makedirs(os.path.dirname(args.out), exist_ok=True)
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1)
+            print(f"{args.label} {name} {int(budget)} s: tuned/ORT {fresh['ratio']:.2f} "
+                  f"[{fresh['ratio_spread'][0]:.2f}, {fresh['ratio_spread'][1]:.2f}] "
+                  f"({fresh['tvm_ms']:.3f} vs {fresh['onnxruntime_ms']:.3f} ms), "
+                  f"parity at {s.get('time_to_onnxruntime_parity_s')}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
