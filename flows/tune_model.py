@@ -210,8 +210,8 @@ def _summary(cfg, model, tasks, tuner, report, tracker, wall_s) -> dict:
         "scheduler": cfg.scheduler.name, "tasks": len(tasks), "rounds": len(tuner.rounds), "trials": trials,
         "budget_s": cfg.budget_s, "elapsed_s": round(tuner.elapsed_s, 3), "wall_s": round(wall_s, 3),
         "estimated_latency_ms": tuner.session.estimated_latency() * 1e3,
-        "initial_estimated_latency_ms": sum(t.weight * (tuner.session.state(t.index).default_s or 0.0)
-                                            for t in tasks) * 1e3,
+        "initial_estimated_latency_ms": tuner.session.untuned_estimated_latency() * 1e3,
+        "estimate_excludes": tuner.session.excluded_tasks(),  # tasks with no latency, left out of the estimate
         "latency_ms": None, "untuned_latency_ms": None, "onnxruntime_latency_ms": None, "max_rel_err": None,
         "max_abs_err": None, "numerics_ok": None, "artifact": None,
         "mlflow_run_id": tracker.run_id, "mlflow_tracking_uri": tracker.uri, "work_dir": cfg.work_dir,
