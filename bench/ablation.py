@@ -57,7 +57,7 @@ def remeasure(sess, tasks) -> float:
             cands.append(top[0].as_measure_candidate())
         else:
             cands.append(MeasureCandidate(Schedule(t.mod), ArgInfo.from_prim_func(t.mod["main"])))
-    results, _, _ = sess._build_and_run(cands)
+    results, _, _ = sess._build_and_run(cands, tasks=tasks)
     for t, r in zip(tasks, results):
         secs = [float(s) for s in r.run_secs] if r.run_secs is not None else [float("inf")]
         total += t.weight * sum(secs) / len(secs)

@@ -174,7 +174,8 @@ def cmd_compile(args) -> int:
             rep = compile_and_verify(model, target, session.compile_database(),
                                      args.output or os.path.join(args.work_dir, "model.so"),
                                      threads=usable_cores(), rel_tol=cfg.compile.rel_tol)
-            out = rep.as_dict() | {"estimated_latency_ms": session.estimated_latency() * 1e3}
+            out = rep.as_dict() | {"estimated_latency_ms": session.estimated_latency() * 1e3,
+                                   "estimate_excludes": session.excluded_tasks()}
         finally:
             session.close()
     if args.json:

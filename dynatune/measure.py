@@ -24,6 +24,8 @@ from functools import partial
 
 import numpy as np
 
+from .index_args import args_key
+
 
 @dataclass
 class MeasureConfig:
@@ -182,26 +184,52 @@ def rpc_adaptive_evaluator(session, rt_mod, device, evaluator_config, repeated_a
     return adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, **kwargs)
 
 
-_ARGS_CACHE: dict = {}  # in the runner worker: (device, arg shapes) -> allocated, randomly filled arguments
+_ARGS_CACHE: dict = {}  # in the runner worker: (device, arg shapes, index bounds) -> allocated arguments
 
 
-def cached_alloc_argument(device, args_info, alloc_repeat):
+def cached_alloc_argument(device, args_info, alloc_repeat, index_bounds=None):
     """``f_alloc_argument`` for the local runner: candidates of one task share their argument tensors.
 
     MetaSchedule's default allocates and random-fills every argument of every candidate (~4 ms for a
     mid-sized convolution, a third of the per-candidate overhead); all candidates of a task have the
     same argument shapes, and a kernel's timing does not depend on the values. Kept per worker process,
-    a few tasks' worth.
+    a few tasks' worth. Index arguments named in ``index_bounds`` (see :func:`fill_index_args`) hold
+    valid indices instead of random integers.
     """
     from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
 
-    key = (str(device), repr(args_info), alloc_repeat)
+    bounds = (index_bounds or {}).get(args_key(args_info), ())
+    key = (str(device), repr(args_info), alloc_repeat, bounds)
     hit = _ARGS_CACHE.get(key)
     if hit is None:
         if len(_ARGS_CACHE) >= 4:
             _ARGS_CACHE.pop(next(iter(_ARGS_CACHE)))
-        hit = _ARGS_CACHE[key] = default_alloc_argument(device, args_info, alloc_repeat)
+        hit = default_alloc_argument(device, args_info, alloc_repeat)
+        fill_index_args(hit, bounds)
+        _ARGS_CACHE[key] = hit
     return hit
+
+
+def rpc_alloc_argument(session, device, args_info, alloc_repeat, index_bounds=None):
+    """``f_alloc_argument`` for the RPC runner: MetaSchedule's (a new session per candidate, nothing to
+    share), with valid indices in the index arguments named in ``index_bounds``."""
+    from tvm.s_tir.meta_schedule.runner.rpc_runner import default_alloc_argument
+
+    repeated_args = default_alloc_argument(session, device, args_info, alloc_repeat)
+    fill_index_args(repeated_args, (index_bounds or {}).get(args_key(args_info), ()))
+    return repeated_args
+
+
+def fill_index_args(repeated_args, bounds) -> None:
+    """Overwrite each index argument ``(position, high)`` of ``bounds`` with integers uniform in
+    ``[0, high)`` (random integers would address memory outside the indexed buffer)."""
+    rng = np.random.default_rng(0)
+    for args in repeated_args:
+        for pos, high in bounds:
+            arg = args[pos]
+            dtype = np.dtype(str(arg.dtype))
+            high = min(int(high), int(np.iinfo(dtype).max) + 1)
+            arg.copyfrom(rng.integers(0, high, size=tuple(int(d) for d in arg.shape)).astype(dtype))
 
 
 def evaluator_for(cfg: MeasureConfig, incumbent: float | None, rpc: bool = False):
@@ -236,13 +264,14 @@ class Runner:
                                                 enable_cpu_cache_flush=cfg.cpu_cache_flush)
         self.rpc = bool(cfg.rpc)
         f = evaluator_for(cfg, None, rpc=self.rpc)
+        self._alloc = rpc_alloc_argument if self.rpc else cached_alloc_argument
         if cfg.rpc:
             rpc = RPCConfig(tracker_host=cfg.rpc["tracker_host"], tracker_port=int(cfg.rpc["tracker_port"]),
                             tracker_key=cfg.rpc["tracker_key"],
                             session_timeout_sec=int(cfg.rpc.get("session_timeout_s", max(10, cfg.timeout_s))))
             workers = int(cfg.rpc.get("max_workers", 1))
             self.inner = RPCRunner(rpc_config=rpc, evaluator_config=self.evaluator_config,
-                                   max_workers=workers, f_run_evaluator=f)
+                                   max_workers=workers, f_run_evaluator=f, f_alloc_argument=self._alloc)
             # RPCRunner's own pool has no time limit: a device server that hangs mid-measurement would
             # block the round forever. Give each candidate the session timeout (plus time to connect).
             from tvm.support.popen_pool import PopenPoolExecutor
@@ -251,12 +280,17 @@ class Runner:
             self.inner.pool = PopenPoolExecutor(max_workers=workers, timeout=rpc.session_timeout_sec + 10)
         else:
             self.inner = LocalRunner(timeout_sec=cfg.timeout_s, evaluator_config=self.evaluator_config,
-                                     f_run_evaluator=f, f_alloc_argument=cached_alloc_argument)
+                                     f_run_evaluator=f, f_alloc_argument=self._alloc)
 
     def set_incumbent(self, incumbent_s: float | None) -> None:
         """Racing compares each candidate with the task's best latency so far."""
         if self.cfg.adaptive:
             self.inner.f_run_evaluator = evaluator_for(self.cfg, incumbent_s, rpc=self.rpc)
+
+    def set_index_bounds(self, index_bounds: dict | None) -> None:
+        """Valid indices for the next run's index arguments: ``{args_key: ((position, high), ...)}``
+        (:func:`dynatune.index_args.bounds_by_args`); the allocator runs in the runner worker."""
+        self.inner.f_alloc_argument = partial(self._alloc, index_bounds=index_bounds) if index_bounds else self._alloc
 
     def run(self, runner_inputs):
         if not runner_inputs:

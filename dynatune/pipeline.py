@@ -207,9 +207,8 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> dict:
         "scheduler": cfg.scheduler.name, "tasks": len(tasks), "rounds": len(tuner.rounds), "trials": trials,
         "budget_s": cfg.budget_s, "elapsed_s": round(tuner.elapsed_s, 3), "wall_s": round(wall_s, 3),
         "estimated_latency_ms": session.estimated_latency() * 1e3,
-        "initial_estimated_latency_ms": sum(t.weight * d for t in tasks
-                                            if (d := session.state(t.index).default_s) is not None
-                                            and math.isfinite(d)) * 1e3,
+        "initial_estimated_latency_ms": session.untuned_estimated_latency() * 1e3,
+        "estimate_excludes": session.excluded_tasks(),  # tasks with no latency, left out of the estimate
         "warmup_rounds": sum(1 for r in tuner.rounds if r.get("phase") == "warmup"),
         "never_tuned_tasks": tuner.never_tuned(),
         "latency_ms": None, "untuned_latency_ms": None, "onnxruntime_latency_ms": None, "max_rel_err": None,

@@ -107,6 +107,9 @@ class LiveView(RunCallback):
             f"  measured latency  {ms('latency_ms')}   untuned TVM {ms('untuned_latency_ms')}   "
             f"ONNX Runtime {ms('onnxruntime_latency_ms')}",
         ]
+        if s.get("estimate_excludes"):
+            left_out = ", ".join(s["estimate_excludes"])
+            lines.insert(2, f"  (the estimate leaves out tasks with no measured latency: {left_out})")
         if s.get("max_rel_err") is not None:
             lines.append(f"  numerics vs ONNX Runtime: max rel err {s['max_rel_err']:.2e} "
                          f"({'ok' if s.get('numerics_ok') else 'FAILED'})")

@@ -370,6 +370,11 @@ def markdown_report(summary: dict, rounds: list[dict], path: str) -> str:
     lines.append(f"| numerics ok | {_text(summary.get('numerics_ok'))} |")
     lines.append(f"| artifact | {_md_escape(_text(summary.get('artifact')))} |")
     lines.append("")
+    excluded = summary.get("estimate_excludes") or []
+    if excluded:
+        names = ", ".join(_md_escape(str(n)) for n in excluded)
+        lines += [f"The estimated latency leaves out {len(excluded)} task(s) with no measured latency "
+                  f"(default schedule failed, no tuned record): {names}.", ""]
 
     lines += ["## Rounds with the largest gains", ""]
     if not rounds:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from .builder import PersistentBuilder, remove_artifact
 from .database import FAILED, JsonlWriter, TuningDatabase, mean_secs
 from .files import atomic_write_json, remove_leftovers
+from .index_args import bounds_by_args, index_bounds
 from .measure import MeasureConfig, make_runner, why_stopped
 from .target import target_device
 from .tasks import Task
@@ -115,6 +116,7 @@ class TuningSession:
         self.runner = make_runner(self.measure, target)
         self.cost_model = self._make_cost_model()
         self._contexts: dict[int, object] = {}
+        self._index_bounds: dict[str, dict[int, int]] = {}  # task key -> {param position: high}
 
     # -- persistence -----------------------------------------------------------------------------
     def _load_state(self) -> None:
@@ -159,8 +161,21 @@ class TuningSession:
         return min(self.db.best_latency(t.key), d if d is not None else math.inf)
 
     def estimated_latency(self) -> float:
-        """The objective: sum over tasks of weight x best latency (seconds)."""
-        return sum(t.weight * self.best_latency(t.index) for t in self.tasks)
+        """The objective: sum over tasks of weight x best latency (seconds).
+
+        A task with no latency at all (its default schedule failed, or is not measured yet, and it has no
+        record) is left out, never counted as infinite: :meth:`excluded_tasks` names those.
+        """
+        return sum(t.weight * b for t in self.tasks if math.isfinite(b := self.best_latency(t.index)))
+
+    def excluded_tasks(self) -> list[str]:
+        """Names of the tasks :meth:`estimated_latency` leaves out (no finite latency known)."""
+        return [t.name for t in self.tasks if not math.isfinite(self.best_latency(t.index))]
+
+    def untuned_estimated_latency(self) -> float:
+        """Sum over tasks of weight x default latency, leaving out tasks whose default failed."""
+        return sum(t.weight * d for t in self.tasks
+                   if (d := self.states[t.key].default_s) is not None and math.isfinite(d))
 
     # -- default (untuned) latencies -------------------------------------------------------------
     def measure_defaults(self) -> dict[int, float]:
@@ -173,7 +188,7 @@ class TuningSession:
         if todo:
             cands = [MeasureCandidate(Schedule(_default_schedule(t.mod, self.target)),
                                       ArgInfo.from_prim_func(t.mod["main"])) for t in todo]
-            results, _, _ = self._build_and_run(cands)
+            results, _, _ = self._build_and_run(cands, tasks=todo)
             for t, res in zip(todo, results):
                 secs = mean_secs(res.run_secs) if res.run_secs is not None else math.inf
                 st = self.states[t.key]
@@ -254,7 +269,7 @@ class TuningSession:
                 res.exhausted = True
                 break
             incumbent = self.best_latency(i)
-            results, build_s, measure_s = self._build_and_run(cands, incumbent_s=incumbent)
+            results, build_s, measure_s = self._build_and_run(cands, incumbent_s=incumbent, tasks=[t] * len(cands))
             res.build_s += build_s
             res.measure_s += measure_s
             t0 = time.perf_counter()
@@ -304,8 +319,11 @@ class TuningSession:
         self.save_state()
         return res
 
-    def _build_and_run(self, cands, incumbent_s: float | None = None):
-        """Build (in parallel) and measure candidates; one RunnerResult per candidate, in order."""
+    def _build_and_run(self, cands, incumbent_s: float | None = None, tasks: list[Task] | None = None):
+        """Build (in parallel) and measure candidates; one RunnerResult per candidate, in order.
+
+        ``tasks`` (the task of each candidate) lets the runner fill index arguments with valid indices.
+        """
         from tvm.s_tir.meta_schedule.builder import BuilderInput
         from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
 
@@ -316,6 +334,8 @@ class TuningSession:
         dev = target_device(self.target)
         idx = [k for k, b in enumerate(built) if b.error_msg is None]
         self.runner.set_incumbent(incumbent_s)
+        self.runner.set_index_bounds(bounds_by_args((c.args_info, self.index_bounds(t))
+                                                    for c, t in zip(cands, tasks or [])))
         futures = self.runner.run([RunnerInput(built[k].artifact_path, dev, cands[k].args_info) for k in idx])
         results = [RunnerResult(None, b.error_msg) for b in built]
         for k, fut in zip(idx, futures):
@@ -323,6 +343,12 @@ class TuningSession:
             remove_artifact(built[k].artifact_path)
         measure_s = time.perf_counter() - t0
         return results, build_s, measure_s
+
+    def index_bounds(self, task: Task) -> dict[int, int]:
+        """``{param position: high}`` of the task's index arguments (:func:`dynatune.index_args.index_bounds`)."""
+        if task.key not in self._index_bounds:
+            self._index_bounds[task.key] = index_bounds(task.mod["main"])
+        return self._index_bounds[task.key]
 
     def compile_database(self):
         """A database holding, per task, its best record if (and only if) it beats the default schedule."""

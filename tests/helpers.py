@@ -86,3 +86,36 @@ def randomized_light_model(name: str, out_path: str, seed: int = 0) -> str:
     g.input.extend(real)
     onnx.save(m, out_path)
     return out_path
+
+
+def make_embedding_onnx(path: str, vocab: int = 50, dim: int = 8, tokens: int = 64, seed: int = 0) -> str:
+    """An embedding lookup feeding a convolution: int64 ``ids`` [1, tokens] -> Gather on a constant table
+    [vocab, dim] -> [1, tokens, dim] -> Transpose -> Reshape to NCHW [1, dim, side, side] -> Conv 3x3 -> ``y``.
+
+    ``tokens`` must be a square. The Gather becomes a ``take`` task whose index input must stay within
+    ``[0, vocab)`` when measured.
+    """
+    import math
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    side = math.isqrt(tokens)
+    assert side * side == tokens, "tokens must be a square"
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((vocab, dim)).astype(np.float32), "table"),
+             numpy_helper.from_array(np.array([1, dim, side, side], np.int64), "nchw"),
+             numpy_helper.from_array(rng.standard_normal((dim, dim, 3, 3)).astype(np.float32) * 0.2, "w"),
+             numpy_helper.from_array(rng.standard_normal(dim).astype(np.float32) * 0.2, "b")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0, name="embed"),
+             helper.make_node("Transpose", ["e"], ["et"], perm=[0, 2, 1], name="transpose"),
+             helper.make_node("Reshape", ["et", "nchw"], ["x"], name="to_nchw"),
+             helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="conv")]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, tokens])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, dim, side, side])
+    graph = helper.make_graph(nodes, "embedding", [ids], [y], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
