@@ -16,23 +16,19 @@ import math
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from dynatune.config import load_config  # noqa: E402
 from dynatune.measure import MeasureConfig  # noqa: E402
-from dynatune.model import load_model  # noqa: E402
+from dynatune.pipeline import TuningRun  # noqa: E402
 from dynatune.replay import time_to_quality  # noqa: E402
-from dynatune.session import SearchConfig, TuningSession  # noqa: E402
-from dynatune.target import make_target  # noqa: E402
-from dynatune.tasks import extract_tasks  # noqa: E402
-from dynatune.tuner import Tuner  # noqa: E402
 
-VARIANTS = {
-    "fixed": (MeasureConfig(), SearchConfig()),
-    "adaptive": (MeasureConfig(adaptive=True), SearchConfig()),
-    "adaptive+ensemble+contextual": (MeasureConfig(adaptive=True),
-                                     SearchConfig(cost_model="ensemble", contextual_exploration=True)),
+VARIANTS = {  # config overrides per variant
+    "fixed": [],
+    "adaptive": ["measure.adaptive=true"],
+    "adaptive+ensemble+contextual": ["measure.adaptive=true", "search.cost_model=ensemble",
+                                     "search.contextual_exploration=true"],
 }
 
 
@@ -72,39 +68,37 @@ def main() -> None:
     ap.add_argument("--scheduler", default="round_robin")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "ablation.json"))
     args = ap.parse_args()
-    target = make_target()
     out = {}
     for path in args.model:
-        model = load_model(path)
-        tasks = extract_tasks(model, target)
+        name = os.path.splitext(os.path.basename(path))[0]
         res = {}
-        for name, (mcfg, scfg) in VARIANTS.items():
-            sess = TuningSession(tasks, target, tempfile.mkdtemp(prefix="abl-"), search=scfg, measure=mcfg)
-            tuner = Tuner(sess, args.scheduler, budget_s=args.budget, slot_s=args.slot)
-            curve = [(0.0, tuner.prepare())]
-            results = []
-            curve += tuner.run_rounds(lambda rec: results.append(rec.result))
-            meas = sum(r["measure_s"] for r in results)
-            trials = sum(r["trials"] for r in results)
-            repeats = sum(r["repeats"] for r in results)
-            saved = sum(r["repeats_saved"] for r in results)
+        for variant, overrides in VARIANTS.items():
+            cfg = load_config(None, [f"slot_s={args.slot}", *overrides], model=path, budget=args.budget,
+                              scheduler=args.scheduler, work_dir=tempfile.mkdtemp(prefix="abl-"))
+            with TuningRun(cfg) as r:
+                curve = [(0.0, r.untuned_estimate_s)]
+                results = []
+                curve += r.tuner.run_rounds(lambda rec: results.append(rec.result))
+                true_s = remeasure(r.session, r.tasks)
+                expl = getattr(getattr(r.session.cost_model, "_inst", r.session.cost_model), "exploration_log", None)
+            meas = sum(x["measure_s"] for x in results)
+            trials = sum(x["trials"] for x in results)
+            repeats = sum(x["repeats"] for x in results)
+            saved = sum(x["repeats_saved"] for x in results)
             stops: dict = {}
-            for r in results:
-                for k, v in r.get("stops", {}).items():
+            for x in results:
+                for k, v in x.get("stops", {}).items():
                     stops[k] = stops.get(k, 0) + v
-            true_s = remeasure(sess, tasks)
-            expl = getattr(getattr(sess.cost_model, "_inst", sess.cost_model), "exploration_log", None)
-            tuner.close()
-            res[name] = {"trials": trials, "measure_s_per_trial": meas / max(1, trials),
-                         "repeats_per_trial": repeats / max(1, trials), "repeats_saved": saved, "stops": stops,
-                         "final_estimate_ms": curve[-1][1] * 1e3, "true_latency_ms": true_s * 1e3,
-                         "curve": curve, "exploration_log": expl[-5:] if expl else None}
-            print(model.name, name, json.dumps({k: v for k, v in res[name].items() if k != "curve"}), flush=True)
+            res[variant] = {"trials": trials, "measure_s_per_trial": meas / max(1, trials),
+                            "repeats_per_trial": repeats / max(1, trials), "repeats_saved": saved, "stops": stops,
+                            "final_estimate_ms": curve[-1][1] * 1e3, "true_latency_ms": true_s * 1e3,
+                            "curve": curve, "exploration_log": expl[-5:] if expl else None}
+            print(name, variant, json.dumps({k: v for k, v in res[variant].items() if k != "curve"}), flush=True)
         ref = res["fixed"]["final_estimate_ms"] / 1e3
         for v in res.values():
             t = time_to_quality(v["curve"], ref)
             v["ttq_s"] = None if math.isinf(t) else t
-        out[model.name] = res
+        out[name] = res
     with open(args.out, "w") as f:
         json.dump({"budget_s": args.budget, "slot_s": args.slot, "scheduler": args.scheduler, "models": out}, f, indent=1)
     print(json.dumps({m: {k: {kk: vv for kk, vv in v.items() if kk != "curve"} for k, v in r.items()}

@@ -22,37 +22,28 @@ os.environ["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
 def main() -> None:
     from helpers import make_tiny_onnx
 
-    from dynatune.compile import compile_and_verify
-    from dynatune.measure import MeasureConfig
-    from dynatune.model import load_model
-    from dynatune.session import SearchConfig, TuningSession
-    from dynatune.target import describe, make_target
-    from dynatune.tasks import extract_tasks
+    from dynatune.config import load_config
+    from dynatune.pipeline import TuningRun
+    from dynatune.target import describe
 
     out = {}
     t0 = time.time()
-    target = make_target(sys.argv[1] if len(sys.argv) > 1 else "cuda")
-    out["target"] = describe(target)
     work = tempfile.mkdtemp()
-    model = load_model(make_tiny_onnx(os.path.join(work, "tiny.onnx"), batch=1, channels=32))
-    tasks = extract_tasks(model, target)
-    out["tasks"] = [t.name for t in tasks]
-    sess = TuningSession(tasks, target, os.path.join(work, "w"),
-                         search=SearchConfig(trials_per_iter=8, population_size=64), measure=MeasureConfig())
-    sess.warm_up()
-    d = sess.measure_defaults()
-    out["default_ms"] = {tasks[i].name: v * 1e3 for i, v in d.items()}
-    rounds = []
-    for i in range(min(2, len(tasks))):
-        r = sess.tune(i, trials=16)
-        rounds.append({"task": r.task_name, "trials": r.trials, "build_errors": r.build_errors,
-                       "run_errors": r.run_errors, "before_ms": r.best_before_s * 1e3, "after_ms": r.best_after_s * 1e3,
-                       "errors": r.errors[:2]})
-    out["rounds"] = rounds
-    rep = compile_and_verify(model, target, sess.compile_database(), os.path.join(work, "model.so"), threads=4,
-                             repeat=5)
-    out["compile"] = rep.as_dict()
-    sess.close()
+    model = make_tiny_onnx(os.path.join(work, "tiny.onnx"), batch=1, channels=32)
+    cfg = load_config(None, [f"target={sys.argv[1] if len(sys.argv) > 1 else 'cuda'}", "search.trials_per_iter=8",
+                             "search.population_size=64"], model=model, work_dir=os.path.join(work, "w"))
+    with TuningRun(cfg) as r:
+        out["target"] = describe(r.target)
+        out["tasks"] = [t.name for t in r.tasks]
+        out["default_ms"] = {t.name: r.session.state(t.index).default_s * 1e3 for t in r.tasks}
+        rounds = []
+        for i in range(min(2, len(r.tasks))):
+            x = r.session.tune(i, trials=16)
+            rounds.append({"task": x.task_name, "trials": x.trials, "build_errors": x.build_errors,
+                           "run_errors": x.run_errors, "before_ms": x.best_before_s * 1e3,
+                           "after_ms": x.best_after_s * 1e3, "errors": x.errors[:2]})
+        out["rounds"] = rounds
+        out["compile"] = r.compile().as_dict()
     out["wall_s"] = time.time() - t0
     print(json.dumps(out, indent=1))
 

@@ -7,7 +7,7 @@ same candidates through the runner with each protocol (fixed, adaptive with 4 ms
 timing off = the per-candidate overhead floor).
 """
 import os
-import sys, time, tempfile, json, math
+import sys, time, tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
 from dynatune.measure import MeasureConfig, Runner
 from dynatune.model import load_model

@@ -4,7 +4,7 @@
 
 Runs the same config twice, each in a fresh process on a fresh work dir, timed from outside (imports
 and start-up included): (A) the real pipeline as ``dynatune tune`` runs it (Prefect flow in local
-ephemeral mode + MLflow on SQLite), (B) the library alone (Tuner loop + compile_and_verify, no Prefect,
+ephemeral mode + MLflow on SQLite), (B) the library alone (``dynatune.pipeline.run``: the same stages, no Prefect,
 no MLflow).
 Both tune for the same budget, so the difference in wall time is the orchestration and tracking cost.
 Also reports the directly measured MLflow seconds and the per-round Prefect task overhead.
@@ -25,31 +25,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
 def library_only(cfg) -> dict:
-    from dynatune.compile import compile_and_verify
-    from dynatune.model import load_model
-    from dynatune.session import TuningSession
-    from dynatune.target import make_target, usable_cores
-    from dynatune.tasks import extract_tasks
-    from dynatune.tuner import Tuner
+    """The same pipeline, from the library alone: no Prefect steps, no MLflow callback."""
+    from dynatune.callbacks import RunCallback
+    from dynatune.pipeline import run
+
+    class RoundSeconds(RunCallback):
+        seconds = 0.0
+
+        def on_round(self, rec):
+            self.seconds += rec.wall_s
 
     t0 = time.perf_counter()
-    model = load_model(cfg.model.path, cfg.model.shapes)
-    target = make_target(cfg.target)
-    tasks = extract_tasks(model, target)
-    sess = TuningSession(tasks, target, cfg.work_dir, search=cfg.search_config(), measure=cfg.measure_config())
-    tuner = Tuner(sess, cfg.scheduler.name, budget_s=cfg.budget_s, slot_s=cfg.slot_s)
-    tuner.prepare()
-    steps = 0.0
-    while not tuner.done():
-        s0 = time.perf_counter()
-        if tuner.step() is None:
-            break
-        steps += time.perf_counter() - s0
-    compile_and_verify(model, target, sess.compile_database(), os.path.join(cfg.work_dir, "model.so"),
-                       threads=usable_cores())
-    rounds, elapsed = len(tuner.rounds), tuner.elapsed_s
-    tuner.close()
-    return {"inner_wall_s": time.perf_counter() - t0, "rounds": rounds, "round_s": steps, "elapsed_s": elapsed}
+    rounds = RoundSeconds()
+    s = run(cfg, callbacks=[rounds])
+    return {"inner_wall_s": time.perf_counter() - t0, "rounds": s["rounds"], "round_s": rounds.seconds,
+            "elapsed_s": s["elapsed_s"]}
 
 
 def child(mode: str, args) -> dict:

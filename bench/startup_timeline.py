@@ -4,32 +4,47 @@
 
 Arguments: model, tuning budget in seconds.
 """
-import time, sys, os, json, tempfile
+import os
+import sys
+import tempfile
+import time
+
 T0 = time.perf_counter()
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-def mark(s): print(f"{time.perf_counter()-T0:7.2f} {s}", flush=True)
-from dynatune.cli import _quiet_env
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def mark(s):
+    print(f"{time.perf_counter() - T0:7.2f} {s}", flush=True)
+
+
+from dynatune.cli import _quiet_env  # noqa: E402
+
 _quiet_env()
-from dynatune.config import load_config
+from dynatune.callbacks import RunCallback  # noqa: E402
+from dynatune.config import load_config  # noqa: E402
+
 mark("config imported")
 cfg = load_config(None, ["slot_s=20"], model=sys.argv[1], budget=float(sys.argv[2]), work_dir=tempfile.mkdtemp())
-from flows.startup import prestart
+from flows.startup import prestart  # noqa: E402
+
 prestart()
-mark('prestart done')
-import flows.tune_model as ftm
+mark("prestart done")
+import flows.tune_model as ftm  # noqa: E402
+
 mark("flows imported (prefect)")
-ftm.LISTENERS.append(lambda e, p: mark("event " + e))
-import tasks.tracking as tr
-orig_init = tr.Tracker.__init__
-def init(self, *a, **k):
-    mark("tracker init start"); orig_init(self, *a, **k); mark("tracker init done")
-tr.Tracker.__init__ = init
-import flows.tune_model
-flows.tune_model.Tracker = tr.Tracker
-orig_fin = ftm._finish
-def fin(*a, **k):
-    mark("finish start"); orig_fin(*a, **k); mark("finish done")
-ftm._finish = fin
-orig_cv = ftm.compile_verify
+
+
+class Timeline(RunCallback):
+    def on_start(self, run):
+        mark(f"start: {len(run.tasks)} tasks, untuned estimate {run.untuned_estimate_s * 1e3:.2f} ms")
+
+    def on_round(self, rec):
+        mark(f"round {rec.round} ({rec.phase}) {rec.task_name}")
+
+    def on_finish(self, summary, report_dir):
+        mark("finish (compiled, report written)")
+
+
+ftm.CALLBACKS.append(Timeline())
 s = ftm.tune_model(cfg.to_dict())
 mark("flow returned")

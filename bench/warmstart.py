@@ -7,8 +7,8 @@ v1 is the given model. v2 is v1 with one layer changed: the last fire module's 3
 stays the same). In squeezenet1_1 that convolution shared its task with ``features.11``'s, so v2 has one
 new operator task and one task whose weight dropped from 2 to 1; every other task keeps its key.
 
-Three runs, same scheduler, slot and target, each on a fresh work dir (the library alone, no Prefect or
-MLflow, so only tuning seconds count):
+Three runs, same scheduler, slot and target, each on a fresh work dir (the library's pipeline set-up,
+:class:`dynatune.pipeline.TuningRun`, no Prefect or MLflow, so only tuning seconds count):
 
 1. v1 from scratch for ``--budget`` seconds (the original tuning);
 2. v2 from scratch for ``--budget`` seconds: its final estimated latency is "the previous quality" for v2
@@ -33,13 +33,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from dynatune.model import load_model  # noqa: E402
+from dynatune.config import load_config  # noqa: E402
+from dynatune.pipeline import TuningRun  # noqa: E402
 from dynatune.replay import time_to_quality  # noqa: E402
-from dynatune.session import TuningSession  # noqa: E402
-from dynatune.target import make_target  # noqa: E402
-from dynatune.tasks import extract_tasks  # noqa: E402
-from dynatune.tuner import Tuner  # noqa: E402
-from dynatune.warmstart import warm_start  # noqa: E402
 
 LAYER = "/features/features.12/expand3x3/Conv"
 
@@ -69,20 +65,15 @@ def change_one_layer(src: str, dst: str, node_name: str = LAYER) -> str:
 
 
 def run(path: str, work: str, budget: float, slot: float, scheduler: str, warm: list[str] | None = None) -> dict:
-    target = make_target()
-    model = load_model(path)
-    tasks = extract_tasks(model, target)
-    sess = TuningSession(tasks, target, work)
-    report = warm_start(sess, warm) if warm else None
-    tuner = Tuner(sess, scheduler, budget_s=budget, slot_s=slot)
-    curve = [(0.0, tuner.prepare())]
-    t0 = time.perf_counter()
-    curve += tuner.run_rounds()
-    wall = time.perf_counter() - t0
-    keys = [t.key for t in tasks]
-    tuner.close()
-    return {"model": path, "tasks": len(tasks), "keys": keys, "rounds": len(curve) - 1, "wall_s": wall,
-            "warm_start": report, "curve": curve, "final_ms": curve[-1][1] * 1e3}
+    cfg = load_config(None, [f"slot_s={slot}"], model=path, budget=budget, scheduler=scheduler, work_dir=work)
+    cfg.warm_start = list(warm or [])
+    with TuningRun(cfg) as r:
+        curve = [(0.0, r.untuned_estimate_s)]
+        t0 = time.perf_counter()
+        curve += r.tuner.run_rounds()
+        wall = time.perf_counter() - t0
+    return {"model": path, "tasks": len(r.tasks), "keys": [t.key for t in r.tasks], "rounds": len(curve) - 1,
+            "wall_s": wall, "warm_start": r.warm_start, "curve": curve, "final_ms": curve[-1][1] * 1e3}
 
 
 def ttq(curve, target_s: float) -> float | None:

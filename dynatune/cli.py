@@ -23,6 +23,7 @@ import sys
 import warnings
 
 from .errors import DynatuneError
+from .secrets import mask_text
 
 
 def _quiet_env() -> None:
@@ -151,13 +152,8 @@ def cmd_tasks(args) -> int:
 
 # -- compile ------------------------------------------------------------------------------------------
 def cmd_compile(args) -> int:
-    from .cache import cached_extract
-    from .compile import compile_and_verify
     from .config import validate_dict
-    from .lock import WorkDirLock
-    from .model import load_model
-    from .session import TuningSession
-    from .target import make_target, usable_cores
+    from .pipeline import TuningRun
 
     cfg_path = os.path.join(args.work_dir, "config.json")
     if not os.path.exists(cfg_path):
@@ -165,19 +161,11 @@ def cmd_compile(args) -> int:
                             "give the work_dir of an earlier `dynatune tune`")
     with open(cfg_path) as f:
         cfg = validate_dict(json.load(f), cfg_path)
-    with WorkDirLock(args.work_dir):
-        model = load_model(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
-        target = make_target(cfg.target)
-        tasks, _ = cached_extract(model, target, os.path.join(args.work_dir, "cache"))
-        session = TuningSession(tasks, target, args.work_dir, search=cfg.search_config(), measure=cfg.measure_config())
-        try:
-            rep = compile_and_verify(model, target, session.compile_database(),
-                                     args.output or os.path.join(args.work_dir, "model.so"),
-                                     threads=usable_cores(), rel_tol=cfg.compile.rel_tol)
-            out = rep.as_dict() | {"estimated_latency_ms": session.estimated_latency() * 1e3,
-                                   "estimate_excludes": session.excluded_tasks()}
-        finally:
-            session.close()
+    cfg.work_dir = os.path.abspath(args.work_dir)
+    with TuningRun(cfg) as r:
+        rep = r.compile(args.output)
+        out = rep.as_dict() | {"estimated_latency_ms": r.session.estimated_latency() * 1e3,
+                               "estimate_excludes": r.session.excluded_tasks()}
     if args.json:
         _print_json(out)
     else:
@@ -363,7 +351,7 @@ def main(argv=None) -> int:
     try:
         return args.func(args) or 0
     except DynatuneError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
+        print(f"error: {mask_text(exc.one_line())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted (every committed record is kept; run the same command to resume)",
@@ -373,7 +361,8 @@ def main(argv=None) -> int:
         if os.environ.get("DYNATUNE_DEBUG"):
             raise
         msg = str(exc).strip().splitlines()
-        print(f"error: {type(exc).__name__}: {msg[-1] if msg else ''} (set DYNATUNE_DEBUG=1 for the traceback)",
+        print(f"error: {type(exc).__name__}: {mask_text(msg[-1]) if msg else ''} (set DYNATUNE_DEBUG=1 for the "
+              "traceback)",
               file=sys.stderr)
         return 1
 

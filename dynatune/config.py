@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from . import secrets
 from .errors import DynatuneError
 
 SCHEDULERS = ("dynatune", "round_robin", "gradient", "random", "greedy")
@@ -123,7 +124,19 @@ class Config:
     source: str = field(default="(defaults)", compare=False, repr=False)  # where it came from; not a setting
 
     def to_dict(self) -> dict:
-        """The fully resolved config as plain JSON-able data (``validate_dict`` accepts it back)."""
+        """The fully resolved config as plain JSON-able data, safe to pass on as a parameter
+        (``validate_dict`` accepts it back, in this process or its children): a URL with credentials is
+        replaced by an ``env:NAME`` reference (see :mod:`dynatune.secrets`)."""
+        d = self._plain()
+        d["tracking"]["uri"] = secrets.reference(d["tracking"]["uri"], "DYNATUNE_TRACKING_URI")
+        d["prefect_api_url"] = secrets.reference(d["prefect_api_url"], "DYNATUNE_PREFECT_API_URL")
+        return d
+
+    def to_record(self) -> dict:
+        """The config as recorded (work dir, MLflow, logs): every credential masked."""
+        return secrets.mask_all(self._plain())
+
+    def _plain(self) -> dict:
         d = dataclasses.asdict(self)
         d.pop("source", None)
         d["model"]["shapes"] = {k: list(v) for k, v in self.model.shapes.items()}
@@ -135,7 +148,7 @@ class Config:
         Not the budget, the work dir or the tracking settings: re-running with a larger budget is the same
         run, resumed.
         """
-        d = self.to_dict()
+        d = self._plain()
         identity = {
             "model": {"path": d["model"]["path"], "shapes": d["model"]["shapes"]},
             "target": d["target"],
@@ -616,7 +629,7 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
     model.shapes = dict(model.shapes or {})
     work_dir = os.path.abspath(got.get("work_dir") or os.path.join("runs", model.name))
     tracking = section(TrackingSection, "tracking")
-    tracking.uri = tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or \
+    tracking.uri = secrets.resolve(tracking.uri, "tracking.uri") or os.environ.get("MLFLOW_TRACKING_URI") or \
         "sqlite:///" + os.path.join(work_dir, "mlflow.db")
     tracking.experiment = tracking.experiment or f"dynatune/{model.name}"
     tracking.tags = dict(tracking.tags or {})
@@ -636,7 +649,7 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
         compile=section(CompileSection, "compile"),
         work_dir=work_dir,
         tracking=tracking,
-        prefect_api_url=got.get("prefect_api_url"),
+        prefect_api_url=secrets.resolve(got.get("prefect_api_url"), "prefect_api_url"),
         warm_start=list(got.get("warm_start") or []),
         source=source,
     )

@@ -17,29 +17,33 @@ import math
 import os
 import time
 
-from .compile import compile_and_verify
-from .measure import MeasureConfig
-from .model import load_model, parse_shape
-from .session import SearchConfig, TuningSession
-from .target import make_target, usable_cores
-from .tasks import extract_tasks
+from .model import parse_shape
+from .pipeline import TuningRun
 from .replay import time_to_quality, ttq_ratio
-from .tuner import Tuner
+from .target import usable_cores
 
 
-def run_one(model, tasks, target, scheduler: str, budget: float, slot: float, work: str, search, measure) -> dict:
-    sess = TuningSession(tasks, target, work, search=search, measure=measure)
-    tuner = Tuner(sess, scheduler, budget_s=budget, slot_s=slot)
-    est0 = tuner.prepare()
-    curve = [(0.0, est0)]
-    t0 = time.perf_counter()
-    curve += tuner.run_rounds()
-    wall = time.perf_counter() - t0
-    rep = compile_and_verify(model, target, sess.compile_database(), os.path.join(work, "model.so"),
-                             threads=usable_cores(), measure_untuned=False, measure_onnxruntime=False)
-    trials = sum(r["result"]["trials"] for r in tuner.rounds)
-    tuner.close()
-    return {"scheduler": scheduler, "curve": curve, "rounds": len(tuner.rounds), "trials": trials,
+def live_config(path: str, shapes: dict, scheduler: str, budget: float, slot: float, work: str,
+                trials_per_iter: int):
+    """One live run's config: the defaults, with the run's scheduler, budget, slot and batch size."""
+    from .config import load_config
+
+    return load_config(None, [f"slot_s={slot}", f"search.trials_per_iter={trials_per_iter}",
+                              "compile.measure_untuned=false", "compile.measure_onnxruntime=false"],
+                       model=path, shapes=shapes or None, budget=budget, scheduler=scheduler, work_dir=work)
+
+
+def run_one(cfg) -> dict:
+    """Tune and compile with the library's pipeline pieces; the estimated-latency curve of every round."""
+    with TuningRun(cfg) as r:
+        curve = [(0.0, r.untuned_estimate_s)]
+        t0 = time.perf_counter()
+        curve += r.tuner.run_rounds()
+        wall = time.perf_counter() - t0
+        rep = r.compile()
+        trials = sum(x["result"]["trials"] for x in r.tuner.rounds)
+        rounds = len(r.tuner.rounds)
+    return {"scheduler": cfg.scheduler.name, "curve": curve, "rounds": rounds, "trials": trials,
             "tuning_wall_s": wall, "estimated_ms": curve[-1][1] * 1e3, "latency_ms": rep.latency_ms,
             "numerics_ok": rep.numerics_ok}
 
@@ -54,22 +58,20 @@ def main(argv=None) -> int:
     ap.add_argument("--trials-per-iter", type=int, default=16)
     ap.add_argument("--out", default="bench/results/live")
     args = ap.parse_args(argv)
-    target = make_target()
     os.makedirs(args.out, exist_ok=True)
     results = {}
     for path in args.model:
-        model = load_model(path, dict(parse_shape(s) for s in args.shape))
-        tasks = extract_tasks(model, target)
+        name = os.path.splitext(os.path.basename(path))[0]
         runs = {}
         for sch in args.schedulers:
-            work = os.path.join(args.out, f"{model.name}-{sch}")
+            work = os.path.join(args.out, f"{name}-{sch}")
             if os.path.exists(work):
                 import shutil
 
                 shutil.rmtree(work)
-            runs[sch] = run_one(model, tasks, target, sch, args.budget, args.slot, work,
-                                SearchConfig(trials_per_iter=args.trials_per_iter), MeasureConfig())
-            print(f"{model.name} {sch}: {runs[sch]['estimated_ms']:.3f} ms estimated, "
+            runs[sch] = run_one(live_config(path, dict(parse_shape(x) for x in args.shape), sch, args.budget,
+                                            args.slot, work, args.trials_per_iter))
+            print(f"{name} {sch}: {runs[sch]['estimated_ms']:.3f} ms estimated, "
                   f"{runs[sch]['latency_ms']:.3f} ms measured, {runs[sch]['rounds']} rounds", flush=True)
         ref = runs.get("gradient", next(iter(runs.values())))["curve"][-1][1]
         ttq = {k: time_to_quality(r["curve"], ref) for k, r in runs.items()}
@@ -81,11 +83,11 @@ def main(argv=None) -> int:
             for other in ("gradient", "round_robin"):
                 if other in runs:
                     ratios[f"ttq_vs_{other}"] = ttq_ratio(ttq[other], ttq["dynatune"], args.budget)
-        results[model.name] = {"runs": runs, "target_ms": ref * 1e3, "censored": censored, **ratios}
+        results[name] = {"runs": runs, "target_ms": ref * 1e3, "censored": censored, **ratios}
         from .report import convergence_plot
 
-        convergence_plot({k: v["curve"] for k, v in runs.items()}, os.path.join(args.out, f"{model.name}.png"),
-                         title=f"{model.name}: budget {args.budget:.0f} s, slot {args.slot:.0f} s")
+        convergence_plot({k: v["curve"] for k, v in runs.items()}, os.path.join(args.out, f"{name}.png"),
+                         title=f"{name}: budget {args.budget:.0f} s, slot {args.slot:.0f} s")
     doc = {"budget_s": args.budget, "slot_s": args.slot, "models": results,
            "date": time.strftime("%Y-%m-%d"), "cores": usable_cores()}
     with open(os.path.join(args.out, "live.json"), "w") as f:

@@ -79,71 +79,104 @@ class Steps:
 
 
 # -- the run ------------------------------------------------------------------------------------------
+class TuningRun:
+    """The set-up half of a run, as a context manager: the work dir locked and checked, the model imported,
+    its tasks extracted, the session opened (warm-started if asked), the tuner ready and every task's
+    untuned latency measured. On exit the tuner and its worker pools are closed and the lock released.
+
+    :func:`run` drives it to the end; benches use it with their own settings and loops.
+    """
+
+    def __init__(self, cfg, steps: Steps | None = None):
+        self.cfg = cfg
+        self.steps = steps or Steps()
+        self.tuner = None
+        self._lock = None
+
+    def __enter__(self) -> "TuningRun":
+        from .session import TuningSession
+        from .tuner import Tuner, check_same_run
+
+        cfg, steps = self.cfg, self.steps
+        os.makedirs(cfg.work_dir, exist_ok=True)
+        self._lock = WorkDirLock(cfg.work_dir).acquire(wait_s=2.0)
+        try:
+            self.config_hash = cfg.config_hash()
+            check_same_run(cfg.work_dir, self.config_hash)  # before anything in the work dir is written
+            atomic_write_json(os.path.join(cfg.work_dir, "config.json"), cfg.to_record())
+            self.model = steps.load_model(cfg)
+            self.target, self.tasks, self.cache_hit = steps.extract(self.model, cfg)
+            import_tvm_intrinsics()
+            self.session = TuningSession(self.tasks, self.target, cfg.work_dir, search=cfg.search_config(),
+                                         measure=cfg.measure_config())
+            self.warm_start = None
+            if cfg.warm_start:
+                from .warmstart import warm_start
+
+                self.warm_start = warm_start(self.session, cfg.warm_start)
+            self.tuner = Tuner(self.session, cfg.scheduler.name, budget_s=cfg.budget_s, slot_s=cfg.slot_s,
+                               seed=cfg.scheduler.seed, scheduler_params=cfg.scheduler.params,
+                               warmup_share=cfg.warmup_share)
+            atomic_write_json(os.path.join(cfg.work_dir, "tasks.json"), [t.as_dict() for t in self.tasks])
+            self.untuned_estimate_s = steps.prepare(self.tuner)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def start_event(self) -> RunStart:
+        return RunStart(self.cfg, self.model, self.tasks, self.tuner.run_state, self.untuned_estimate_s,
+                        self.tuner.rounds_done, self.tuner.elapsed_s, self.cache_hit, self.warm_start)
+
+    def compile(self, artifact: str | None = None):
+        """Compile with the best schedules, verify against ONNX Runtime (the worker pools are stopped first:
+        idle pools must not share the cores with the final timing)."""
+        database = self.session.compile_database()
+        self.session.close_workers()
+        return self.steps.compile_verify(self.model, self.target, database, self.cfg,
+                                         artifact or os.path.join(self.cfg.work_dir, "model.so"))
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.tuner is not None:
+                self.tuner.close()
+        finally:
+            self._lock.release()
+
+
 def run(cfg, callbacks=(), steps: Steps | None = None) -> dict:
     """Tune ``cfg``'s model for its budget (resuming a run of the same config in its work dir), compile it,
     check it against ONNX Runtime, write the report. Returns the summary."""
-    from .session import TuningSession
-    from .tuner import Tuner, check_same_run
-
-    steps = steps or Steps()
     cbs = CallbackList(callbacks)
     t_start = time.perf_counter()
-    os.makedirs(cfg.work_dir, exist_ok=True)
-    lock = WorkDirLock(cfg.work_dir).acquire(wait_s=2.0)
-    tuner = None
     started = False
-    try:
-        config_hash = cfg.config_hash()
-        check_same_run(cfg.work_dir, config_hash)  # before anything in the work dir is written
-        atomic_write_json(os.path.join(cfg.work_dir, "config.json"), cfg.to_dict())
-        model = steps.load_model(cfg)
-        target, tasks, cache_hit = steps.extract(model, cfg)
-        import_tvm_intrinsics()
-        session = TuningSession(tasks, target, cfg.work_dir, search=cfg.search_config(),
-                                measure=cfg.measure_config())
-        warm = None
-        if cfg.warm_start:
-            from .warmstart import warm_start
+    with TuningRun(cfg, steps) as r:
+        try:
+            cbs.on_start(r.start_event())
+            started = True
+            r.tuner.save_run_state(config_hash=r.config_hash)  # with what the callbacks keep (the MLflow run id)
+            for t in r.tasks:  # a task whose untuned schedule does not build or run: say why
+                st = r.session.state(t.index)
+                if st.note and st.default_s is not None and not math.isfinite(st.default_s):
+                    cbs.on_retired(TaskRetired(t.index, t.name, st.note))
+            from .periodic import PeriodicMeasurement
 
-            warm = warm_start(session, cfg.warm_start)
-        tuner = Tuner(session, cfg.scheduler.name, budget_s=cfg.budget_s, slot_s=cfg.slot_s,
-                      seed=cfg.scheduler.seed, scheduler_params=cfg.scheduler.params,
-                      warmup_share=cfg.warmup_share)
-        atomic_write_json(os.path.join(cfg.work_dir, "tasks.json"), [t.as_dict() for t in tasks])
-        est0 = steps.prepare(tuner)
-        start = RunStart(cfg, model, tasks, tuner.run_state, est0, tuner.rounds_done, tuner.elapsed_s,
-                         cache_hit, warm)
-        cbs.on_start(start)
-        started = True
-        tuner.save_run_state(config_hash=config_hash)  # with what the callbacks keep (e.g. the MLflow run id)
-        for t in tasks:  # a task whose untuned schedule does not build or run: say why
-            st = session.state(t.index)
-            if st.note and st.default_s is not None and not math.isfinite(st.default_s):
-                cbs.on_retired(TaskRetired(t.index, t.name, st.note))
-        from .periodic import PeriodicMeasurement
-
-        periodic = PeriodicMeasurement(cfg, model, target, tuner)
-        _rounds(tuner, steps, cbs, periodic)
-        database = session.compile_database()
-        session.close_workers()  # idle worker pools must not share the cores with the final timing
-        artifact = os.path.join(cfg.work_dir, "model.so")
-        report = steps.compile_verify(model, target, database, cfg, artifact) if cfg.compile.verify else None
-        summary = make_summary(cfg, model, tasks, tuner, report, periodic, time.perf_counter() - t_start)
-        out = write_report(cfg, tuner, summary)
-        cbs.on_finish(summary, out)
-        atomic_write_json(os.path.join(out, "summary.json"), summary)
-        if report is not None and not report.numerics_ok:
-            raise DynatuneError(f"compiled model does not match ONNX Runtime: max relative error "
-                                f"{report.max_rel_err:.2e} > {cfg.compile.rel_tol:g}", "see the report in " + cfg.work_dir)
-        return summary
-    except BaseException as exc:
-        if started:
-            cbs.on_failure(exc)
-        raise
-    finally:
-        if tuner is not None:
-            tuner.close()
-        lock.release()
+            periodic = PeriodicMeasurement(cfg, r.model, r.target, r.tuner)
+            _rounds(r.tuner, r.steps, cbs, periodic)
+            report = r.compile() if cfg.compile.verify else None
+            summary = make_summary(cfg, r.model, r.tasks, r.tuner, report, periodic, time.perf_counter() - t_start)
+            out = write_report(cfg, r.tuner, summary)
+            cbs.on_finish(summary, out)
+            atomic_write_json(os.path.join(out, "summary.json"), summary)
+            if report is not None and not report.numerics_ok:
+                raise DynatuneError(f"compiled model does not match ONNX Runtime: max relative error "
+                                    f"{report.max_rel_err:.2e} > {cfg.compile.rel_tol:g}",
+                                    "see the report in " + cfg.work_dir)
+            return summary
+        except BaseException as exc:
+            if started:
+                cbs.on_failure(exc)
+            raise
 
 
 def _rounds(tuner, steps, cbs, periodic) -> None:

@@ -25,6 +25,7 @@ import re
 from prefect import flow
 
 from dynatune.config import load_config, validate_dict
+from dynatune.secrets import mask, reference, resolve
 from flows.tune_model import tune_model
 from tasks.registry import claim_version, download_version, find_untuned_versions, link_tuned_version, mark_failed
 
@@ -39,7 +40,8 @@ def watch_registry(names: list[str], config: str | dict | None = None, tracking_
     model.shapes); its model path, name, version, work_dir and tracking store are set per version.
     ``tracking_uri``: the registry's store (default ``$MLFLOW_TRACKING_URI``).
     """
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri_ref = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")  # passed on as given (maybe env:NAME)
+    uri = resolve(uri_ref, "tracking_uri")
     if not uri:
         from dynatune.errors import DynatuneError
 
@@ -52,13 +54,15 @@ def watch_registry(names: list[str], config: str | dict | None = None, tracking_
         work_dir = os.path.abspath(os.path.join(work_root, _safe(pv.name), f"v{pv.version}"))
         try:
             path = download_version(uri, pv.name, pv.version, os.path.join(work_dir, "model"))
-            cfg = version_config(base, pv.name, pv.version, path, work_dir, uri, pv.previous_work_dir)
+            cfg = version_config(base, pv.name, pv.version, path, work_dir, reference(uri, "DYNATUNE_TRACKING_URI"),
+                                 pv.previous_work_dir)
             summary = tune_model(cfg)
         except Exception as exc:
             msg = str(exc).strip().splitlines()
-            mark_failed(uri, pv.name, pv.version, f"{type(exc).__name__}: {msg[-1] if msg else ''}")
+            error = mask(msg[-1]) if msg else ""
+            mark_failed(uri, pv.name, pv.version, f"{type(exc).__name__}: {error}")
             done.append({"name": pv.name, "version": pv.version, "status": "failed",
-                         "error": msg[-1][:300] if msg else type(exc).__name__})
+                         "error": error[:300] or type(exc).__name__})
             continue
         done.append(link_tuned_version(uri, pv.name, pv.version, summary) | {"status": "tuned"})
     return done

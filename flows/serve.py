@@ -46,6 +46,7 @@ def build_deployments(configs: list[str], *, cron: str = NIGHTLY_CRON, timezone:
     by_module = EntrypointType.MODULE_PATH
 
     from dynatune.errors import DynatuneError
+    from dynatune.secrets import reference
 
     try:
         import zoneinfo
@@ -78,7 +79,10 @@ def build_deployments(configs: list[str], *, cron: str = NIGHTLY_CRON, timezone:
         if not uri:
             raise DynatuneError("--watch needs the registry's tracking store",
                                 "pass --tracking-uri or set MLFLOW_TRACKING_URI")
-        params = {"names": list(watch), "tracking_uri": uri, "work_root": os.path.abspath(work_root)}
+        # a URI with credentials is passed as env:NAME (the served runs inherit this process's environment):
+        # deployment parameters are shown in the Prefect UI
+        params = {"names": list(watch), "tracking_uri": reference(uri, "DYNATUNE_REGISTRY_URI"),
+                  "work_root": os.path.abspath(work_root)}
         if watch_config:
             load_config(watch_config)
             params["config"] = os.path.abspath(watch_config)

@@ -11,7 +11,7 @@ from prefect import flow
 
 from dynatune import pipeline
 from dynatune.config import validate_dict
-from dynatune.pipeline import latest_run_dir, retune_config  # noqa: F401  (the retune layout lives in the library)
+from dynatune.pipeline import latest_run_dir, retune_config  # noqa: F401  (re-exported: the retune layout lives in the library)
 from tasks.steps import PREFECT_STEPS
 from tasks.tracking import MlflowCallback
 

@@ -16,6 +16,7 @@ import urllib.request
 from dynatune import __version__
 from dynatune.callbacks import RunCallback
 from dynatune.errors import DynatuneError
+from dynatune.secrets import mask
 
 ROUND_METRICS = ("estimated_latency_ms", "task", "belief_mean_ms", "belief_std_ms", "ucb_score", "trials",
                  "build_errors", "run_errors", "measurements_saved", "round_wall_s", "elapsed_s", "decision_ms",
@@ -26,11 +27,11 @@ def check_tracking_uri(uri: str) -> None:
     """Fail before tuning starts (not after an hour) when a remote tracking server does not answer."""
     if uri.startswith(("http://", "https://")):
         try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as resp:
+            with urllib.request.urlopen(_health_request(uri), timeout=5) as resp:
                 resp.read(64)
         except Exception as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise DynatuneError(f"MLflow tracking server {uri} is unreachable ({reason})",
+            raise DynatuneError(f"MLflow tracking server {mask(uri)} is unreachable ({mask(str(reason))})",
                                 "start it, fix tracking.uri / MLFLOW_TRACKING_URI, or unset it to use a local "
                                 "SQLite store") from None
     elif uri.startswith("sqlite:///"):
@@ -40,6 +41,20 @@ def check_tracking_uri(uri: str) -> None:
             os.makedirs(d, exist_ok=True)
         except OSError as exc:
             raise DynatuneError(f"cannot create the MLflow store directory {d} ({exc.strerror})") from None
+
+
+def _health_request(uri: str):
+    """GET <uri>/health, with the URL's credentials (if any) as basic auth, not in the URL."""
+    import base64
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(uri.rstrip("/") + "/health")
+    req = urllib.request.Request(urllib.parse.urlunsplit(parts._replace(netloc=parts.hostname + (
+        f":{parts.port}" if parts.port else ""))))
+    if parts.username is not None:
+        token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        req.add_header("Authorization", "Basic " + base64.b64encode(token.encode()).decode())
+    return req
 
 
 class Tracker:
@@ -83,7 +98,7 @@ class Tracker:
             run = self.client.create_run(exp_id, run_name=cfg.tracking.run_name, tags=tags)
             self.run_id = run.info.run_id
             self._log_params(cfg)
-            self.log_dict(cfg.to_dict(), "config.json")
+            self.log_dict(cfg.to_record(), "config.json")
 
     def _timed(f):  # noqa: N805
         def wrapper(self, *a, **k):
@@ -97,7 +112,7 @@ class Tracker:
     def _log_params(self, cfg) -> None:
         from mlflow.entities import Param
 
-        flat = _flatten(cfg.to_dict())
+        flat = _flatten(cfg.to_record())
         params = [Param(k, str(v)[:5000]) for k, v in sorted(flat.items())]
         for i in range(0, len(params), 100):
             self.client.log_batch(self.run_id, params=params[i:i + 100])
@@ -170,7 +185,7 @@ class Tracker:
         self.client.set_terminated(self.run_id, status=status)
 
     def ui_hint(self) -> str:
-        base = self.uri
+        base = mask(self.uri)
         if base.startswith("sqlite:///"):
             return (f"mlflow ui --backend-store-uri {base}  # then open http://127.0.0.1:5000/#/experiments/"
                     f"{self.experiment_id}/runs/{self.run_id}")
@@ -210,7 +225,7 @@ def read_run(uri: str, run_id: str) -> dict:
     try:
         run = client.get_run(run_id)
     except Exception as exc:
-        raise DynatuneError(f"no MLflow run {run_id!r} in {uri} ({type(exc).__name__})",
+        raise DynatuneError(f"no MLflow run {run_id!r} in {mask(uri)} ({type(exc).__name__})",
                             "give --tracking-uri or set MLFLOW_TRACKING_URI to the store that has it") from None
     history = {}
     for key in ROUND_METRICS:
@@ -264,7 +279,7 @@ class MlflowCallback(RunCallback):
         t.log_metrics(metrics, step=summary["rounds"])
         t.set_tags({"never_tuned_tasks": len(summary.get("never_tuned_tasks") or [])})
         summary["mlflow_run_id"] = t.run_id
-        summary["mlflow_tracking_uri"] = t.uri
+        summary["mlflow_tracking_uri"] = mask(t.uri)
         summary["mlflow_ui"] = t.ui_hint()
         t.log_dict(summary, "summary.json")
         t.log_artifact(report_dir, "report")

@@ -117,6 +117,7 @@ def test_t_quantiles():
     assert math.isinf(t95(0))
 
 
+@pytest.mark.slow
 def test_fixed_protocol_uses_exactly_repeat(cpu_target, tmp_path):
     """Both protocols run inside MetaSchedule's real runner worker; adaptive stops early on a kernel."""
     from dynatune.model import load_model

@@ -8,8 +8,6 @@ All real: Prefect flows (local ephemeral mode, and a server started here on loop
 import json
 import math
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +17,8 @@ import urllib.request
 import pytest
 
 from helpers import ROOT, make_tiny_onnx
+from servers import free_port as _free_port
+from servers import register_model, stop_process as _stop, wait_for as _wait_for
 
 pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
@@ -26,22 +26,6 @@ NAME = "tiny-net"
 FAST = {"budget_s": 4, "slot_s": 2, "search": {"trials_per_iter": 4, "population_size": 32},
         "measure": {"repeat": 3, "min_repeat_ms": 5},
         "compile": {"measure_untuned": False, "measure_onnxruntime": False}}
-
-
-def _register(uri: str, path: str, artifacts: str) -> str:
-    """Log an ONNX model (MLflow's ONNX flavour) and register it as a new version of NAME."""
-    import mlflow
-    import onnx
-    from mlflow import MlflowClient
-
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("models")
-    exp_id = exp.experiment_id if exp else client.create_experiment("models", artifact_location="file://" + artifacts)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    with mlflow.start_run(experiment_id=exp_id):
-        info = mlflow.onnx.log_model(onnx.load(path), name="model", registered_model_name=NAME)
-    return str(info.registered_model_version)
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +60,10 @@ def registry(tmp_path_factory, prefect_stack):
             return watch_registry([NAME], dict(FAST), uri, work_root=str(d / "runs"))
 
         t0 = time.perf_counter()
-        out["version1"] = _register(uri, v1, str(d / "artifacts"))
+        out["version1"] = register_model(uri, NAME, v1, str(d / "artifacts"))
         out["pass1"] = watch()  # tunes version 1
         out["pass2"] = watch()  # nothing new
-        out["version2"] = _register(uri, v2, str(d / "artifacts"))
+        out["version2"] = register_model(uri, NAME, v2, str(d / "artifacts"))
         out["pass3"] = watch()  # tunes version 2, warm-started from version 1
         out["wall_s"] = time.perf_counter() - t0
         yield out
@@ -207,39 +191,6 @@ def test_compare_two_runs(registry, tmp_path):
 
 
 # -- nightly deployments on a real Prefect server --------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(check, timeout: float, what: str, proc=None):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"{what}: process exited with {proc.returncode}")
-        try:
-            v = check()
-            if v:
-                return v
-        except AssertionError:
-            raise
-        except Exception:  # not up yet
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _stop(proc) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 class PrefectStack:
     """A Prefect server on loopback and `dynatune serve` registered with it, started in the background
     (a thread waits for the server's /api/health, then starts `serve`), so both start while the

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from dynatune.compile import compile_and_verify, compare, load, run
+from dynatune.compile import compile_and_verify, compare
 from dynatune.database import TuningDatabase, _trim_partial_line, read_jsonl
 from dynatune.measure import MeasureConfig
 from dynatune.model import load_model

@@ -32,7 +32,3 @@ def best_history(task) -> list[float]:
             best = b
         out.append(best)
     return out
-
-
-def weighted_latency(task) -> float:
-    return task.weight * task.best_s

@@ -1,0 +1,55 @@
+"""Test helpers for the tests that run servers on loopback: ports, waiting, stopping, registering models."""
+
+import signal
+import socket
+import subprocess
+import time
+
+
+def register_model(uri: str, name: str, path: str, artifacts: str) -> str:
+    """Log an ONNX model (MLflow's ONNX flavour) and register it as a new version of ``name``."""
+    import mlflow
+    import onnx
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("models")
+    exp_id = exp.experiment_id if exp else client.create_experiment("models", artifact_location="file://" + artifacts)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    with mlflow.start_run(experiment_id=exp_id):
+        info = mlflow.onnx.log_model(onnx.load(path), name="model", registered_model_name=name)
+    return str(info.registered_model_version)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check, timeout: float, what: str, proc=None):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what}: process exited with {proc.returncode}")
+        try:
+            v = check()
+            if v:
+                return v
+        except AssertionError:
+            raise
+        except Exception:  # not up yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop_process(proc) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

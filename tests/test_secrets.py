@@ -1,0 +1,136 @@
+"""Secrets stay secret: a tracking URI with a password goes through `tune`, `serve` and the registry
+watcher, and the password is found nowhere they record: the work dirs, MLflow (params, tags, artifacts,
+its store), Prefect (the local API database: flow-run and deployment parameters, logs), the output."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dynatune.config import load_config, validate_dict
+from dynatune.errors import DynatuneError
+from dynatune.secrets import mask, mask_text, reference, resolve
+from helpers import ROOT, make_tiny_onnx
+from servers import free_port, register_model, stop_process, wait_for
+
+PASSWORD = "pw-S3cr3t-4711"
+
+
+# -- unit ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("url, masked", [
+    (f"https://alice:{PASSWORD}@mlflow.example/x?a=1", "https://alice:***@mlflow.example/x?a=1"),
+    (f"postgresql://bob:{PASSWORD}@db/mlflow", "postgresql://bob:***@db/mlflow"),
+    (f"http://{PASSWORD}@127.0.0.1:5000", "http://***@127.0.0.1:5000"),
+    (f"https://h/api?token={PASSWORD}&b=2", "https://h/api?token=***&b=2"),
+    ("sqlite:////tmp/runs/mlflow.db", "sqlite:////tmp/runs/mlflow.db"),
+    ("not a url", "not a url"),
+])
+def test_mask(url, masked):
+    assert mask(url) == masked
+
+
+def test_mask_text_masks_urls_inside_messages():
+    msg = f"MLflow tracking server https://a:{PASSWORD}@h:5000 is unreachable (refused)"
+    assert PASSWORD not in mask_text(msg) and "https://a:***@h:5000" in mask_text(msg)
+
+
+def test_env_references_resolve_and_fail_in_one_line(monkeypatch):
+    monkeypatch.setenv("MY_URI", "https://u:p@h")
+    assert resolve("env:MY_URI") == "https://u:p@h" and resolve("plain") == "plain"
+    monkeypatch.delenv("MY_URI")
+    with pytest.raises(DynatuneError, match="MY_URI, which is not set"):
+        resolve("env:MY_URI", "tracking.uri")
+    assert reference("sqlite:///x.db", "X") == "sqlite:///x.db"  # no credentials: passed as it is
+
+
+def test_config_records_masked_and_passes_references(monkeypatch):
+    uri = f"https://alice:{PASSWORD}@mlflow.example"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    cfg = load_config(None, [f"prefect_api_url=http://p:{PASSWORD}@127.0.0.1:4200/api"])
+    assert cfg.tracking.uri == uri  # what the run uses
+    assert PASSWORD not in repr(cfg.to_record()) and cfg.to_record()["tracking"]["uri"] == mask(uri)
+    passed = cfg.to_dict()  # what a Prefect flow parameter gets
+    assert PASSWORD not in repr(passed) and passed["tracking"]["uri"].startswith("env:")
+    assert validate_dict(passed) == cfg  # and what the flow makes of it
+
+
+# -- end to end ------------------------------------------------------------------------------------
+def _files_with(root, needle: bytes) -> list[str]:
+    hits = []
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            try:
+                with open(p, "rb") as fh:
+                    if needle in fh.read():
+                        hits.append(p)
+            except OSError:
+                pass
+    return hits
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    log = open(d / "server.log", "w")
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "mlflow"), "server", "--host", "127.0.0.1",
+                             "--port", str(port), "--backend-store-uri", f"sqlite:///{d / 'store.db'}",
+                             "--default-artifact-root", str(d / "artifacts"), "--workers", "1"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(d))
+    import urllib.request
+
+    try:
+        wait_for(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read(), 120,
+                 "the MLflow server", proc)
+        yield {"dir": d, "uri": f"http://alice:{PASSWORD}@127.0.0.1:{port}"}
+    finally:
+        stop_process(proc)
+        log.close()
+
+
+@pytest.mark.slow
+def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, monkeypatch):
+    uri = mlflow_server["uri"]
+    home = tmp_path / "prefect-home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+    env.update(PYTHONPATH=ROOT, PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               MLFLOW_TRACKING_URI=uri)
+    model = make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1)
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(f"model: {{path: {model}}}\nbudget_s: 4\nslot_s: 2\nwork_dir: {tmp_path / 'work'}\n"
+                   "search: {trials_per_iter: 4, population_size: 32}\n"
+                   "compile: {measure_untuned: false, measure_onnxruntime: false}\n")
+    # tune: the CLI, as a user runs it (Prefect's local mode, MLflow on the server)
+    out = subprocess.run([sys.executable, "-m", "dynatune.cli", "tune", str(cfg), "--json"], env=env, cwd=str(tmp_path),
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # the registry watcher: a registered version, tuned by the flow (a subflow run with its parameters)
+    monkeypatch.setenv("PREFECT_HOME", str(home))
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    import mlflow
+
+    saved = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    try:
+        register_model(uri, "secret-net", model, str(mlflow_server["dir"] / "artifacts"))
+        from flows.registry import watch_registry
+
+        done = watch_registry(["secret-net"], str(cfg), "env:MLFLOW_TRACKING_URI", work_root=str(tmp_path / "reg"))
+        assert [d["status"] for d in done] == ["tuned"], done
+        # serve: the deployments' parameters (what the Prefect UI shows)
+        from flows.serve import build_deployments
+
+        deps = build_deployments([str(cfg)], watch=["secret-net"], tracking_uri=uri)
+        assert all(PASSWORD not in repr(d.parameters) for d in deps)
+        assert deps[-1].parameters["tracking_uri"].startswith("env:")
+    finally:
+        mlflow.set_tracking_uri(saved[0])
+        mlflow.set_registry_uri(saved[1])
+    needle = PASSWORD.encode()
+    assert PASSWORD not in out.stdout + out.stderr
+    assert _files_with(tmp_path, needle) == []  # work dirs, reports, Prefect's database and logs
+    assert _files_with(mlflow_server["dir"], needle) == []  # MLflow's store: params, tags, artifacts
