@@ -311,6 +311,14 @@ def _speedup(summary: dict, ref_key: str) -> str:
     return DASH if v is None else f"{v:.2f}x"
 
 
+def _ratio_spread(summary: dict) -> str:
+    r, lo, hi = (_num(summary.get(k)) for k in ("ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min",
+                                                "ratio_vs_onnxruntime_max"))
+    if r is None:
+        return DASH
+    return f"{r:.3f}" if lo is None or hi is None else f"{r:.3f} ({lo:.3f}-{hi:.3f})"
+
+
 def compare_table(runs: dict[str, dict]) -> str:
     """One row per run (label -> summary dict); a missing value shows as "-".
 
@@ -365,6 +373,7 @@ def markdown_report(summary: dict, rounds: list[dict], path: str) -> str:
         lines.append(f"| {label} | {fmt(summary.get(key))} |")
     lines.append(f"| speedup vs untuned | {_speedup(summary, 'untuned_latency_ms')} |")
     lines.append(f"| speedup vs ONNX Runtime | {_speedup(summary, 'onnxruntime_latency_ms')} |")
+    lines.append(f"| TVM / ONNX Runtime, side by side (median, min-max of rounds) | {_ratio_spread(summary)} |")
     rel = _num(summary.get("max_rel_err"))
     lines.append(f"| max relative error | {DASH if rel is None else f'{rel:.3g}'} |")
     lines.append(f"| numerics ok | {_text(summary.get('numerics_ok'))} |")

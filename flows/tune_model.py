@@ -214,6 +214,7 @@ def _summary(cfg, model, tasks, tuner, report, tracker, wall_s) -> dict:
                                             for t in tasks) * 1e3,
         "latency_ms": None, "untuned_latency_ms": None, "onnxruntime_latency_ms": None, "max_rel_err": None,
         "max_abs_err": None, "numerics_ok": None, "artifact": None,
+        "ratio_vs_onnxruntime": None, "ratio_vs_onnxruntime_min": None, "ratio_vs_onnxruntime_max": None,
         "mlflow_run_id": tracker.run_id, "mlflow_tracking_uri": tracker.uri, "work_dir": cfg.work_dir,
         "tracking_s": round(tracker.log_seconds, 3), "dynatune_version": __version__,
         "retired_tasks": {t.name: tuner.session.state(t.index).note for t in tasks
@@ -222,7 +223,10 @@ def _summary(cfg, model, tasks, tuner, report, tracker, wall_s) -> dict:
     if report is not None:
         s.update(latency_ms=report.latency_ms, untuned_latency_ms=report.untuned_latency_ms,
                  onnxruntime_latency_ms=report.onnxruntime_latency_ms, max_rel_err=report.max_rel_err,
-                 max_abs_err=report.max_abs_err, numerics_ok=report.numerics_ok, artifact=report.artifact)
+                 max_abs_err=report.max_abs_err, numerics_ok=report.numerics_ok, artifact=report.artifact,
+                 ratio_vs_onnxruntime=report.ratio_vs_onnxruntime,
+                 ratio_vs_onnxruntime_min=report.ratio_vs_onnxruntime_min,
+                 ratio_vs_onnxruntime_max=report.ratio_vs_onnxruntime_max)
         if report.untuned_latency_ms:
             s["speedup_vs_untuned"] = report.untuned_latency_ms / report.latency_ms
         if report.onnxruntime_latency_ms:
@@ -249,7 +253,9 @@ def _finish(cfg, tracker, tuner, tasks, summary) -> None:
     atomic_write_json(os.path.join(out, "summary.json"), summary)
     metrics = {k: summary.get(k) for k in ("latency_ms", "untuned_latency_ms", "onnxruntime_latency_ms",
                                              "max_rel_err", "max_abs_err", "speedup_vs_untuned",
-                                             "speedup_vs_onnxruntime", "estimated_latency_ms", "wall_s")}
+                                             "speedup_vs_onnxruntime", "estimated_latency_ms", "wall_s",
+                                             "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min",
+                                             "ratio_vs_onnxruntime_max")}
     metrics["numerics_ok"] = 1.0 if summary.get("numerics_ok") else 0.0
     tracker.log_metrics(metrics, step=len(tuner.rounds))
     tracker.log_dict(summary, "summary.json")
