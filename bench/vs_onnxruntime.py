@@ -55,9 +55,10 @@ def time_fresh(model: str, artifact: str, rounds: int) -> dict:
 def time_only(model_path: str, artifact: str, rounds: int) -> dict:
     import tvm
 
-    from dynatune.compile import load, onnxruntime_session, time_side_by_side
+    from dynatune.compile import load, onnxruntime_session
     from dynatune.model import load_model
     from dynatune.target import usable_cores
+    from dynatune.timing import time_side_by_side
 
     model = load_model(model_path, {})
     dev = tvm.cpu(0)
@@ -65,8 +66,8 @@ def time_only(model_path: str, artifact: str, rounds: int) -> dict:
     threads = usable_cores()
     t = time_side_by_side(vm, model, onnxruntime_session(model, threads), model.random_inputs(0), dev,
                           rounds=rounds)
-    return {"tvm_ms": t.tvm_ms, "onnxruntime_ms": t.ort_ms, "ratio": t.ratio, "ratio_spread": list(t.ratio_spread),
-            "rounds": rounds, "threads": threads}
+    return {"tvm_ms": t.tvm_median_ms, "onnxruntime_ms": t.ort_median_ms, "ratio": t.ratio_median,
+            "ratio_spread": [t.ratio_min, t.ratio_max], "rounds": rounds, "threads": threads}
 
 
 def main(argv=None) -> int:
@@ -93,8 +94,8 @@ def main(argv=None) -> int:
             fresh = time_fresh(os.path.abspath(model), s["artifact"], args.rounds)
             row = {"fresh": fresh, "run": {k: s.get(k) for k in (
                 "tasks", "rounds", "trials", "elapsed_s", "wall_s", "estimated_latency_ms", "latency_ms",
-                "onnxruntime_latency_ms", "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_low",
-                "ratio_vs_onnxruntime_high", "time_to_onnxruntime_parity_s", "never_tuned_tasks", "warmup_rounds",
+                "onnxruntime_latency_ms", "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min",
+                "ratio_vs_onnxruntime_max", "time_to_onnxruntime_parity_s", "never_tuned_tasks", "warmup_rounds",
                 "max_rel_err", "numerics_ok", "measurements", "periodic_measure_s")}, "bench_wall_s": s["bench_wall_s"],
                    "date": time.strftime("%Y-%m-%d %H:%M"), "repo": os.path.abspath(args.repo)}
             results.setdefault(args.label, {}).setdefault(name, {})[str(int(budget))] = row

@@ -19,17 +19,23 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 
-def build_and_export(mod, target, out_dir: str) -> str:
-    """Worker side: compile one scheduled module and link it into ``out_dir``."""
+def compile_scheduled(mod, target):
+    """A scheduled task module compiled as tuning measures it: weights taken as already laid out (the
+    layout-rewrite blocks removed), so its timing is the kernel's alone."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm.build(mod, target=target)
+
+
+def build_and_export(mod, target, out_dir: str) -> str:
+    """Worker side: compile one scheduled module and link it into ``out_dir``."""
     if os.environ.get("DYNATUNE_FAULT_BUILD") == "crash":
         os._exit(3)  # simulate a build worker dying (tests)
     if os.environ.get("DYNATUNE_FAULT_BUILD") and _fault_hit(mod, os.environ["DYNATUNE_FAULT_BUILD"]):
         raise RuntimeError("injected build failure (DYNATUNE_FAULT_BUILD)")
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    rt_mod = tvm.build(mod, target=target)
+    rt_mod = compile_scheduled(mod, target)
     path = os.path.join(tempfile.mkdtemp(dir=out_dir), "candidate.so")
     rt_mod.export_library(path)
     return path

@@ -45,7 +45,7 @@ class ModelMeasurement:
     latency_ms: float
     onnxruntime_ms: float | None
     ratio: float | None  # latency / ONNX Runtime's (median over alternating rounds)
-    ratio_spread: list = field(default_factory=list)  # [low, high] of the per-round ratios
+    ratio_spread: list = field(default_factory=list)  # [min, max] of the per-round ratios
     estimated_ms: float = 0.0
     seconds: float = 0.0  # what the measurement cost (compile + timing); not counted as tuning time
 

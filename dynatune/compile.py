@@ -4,7 +4,9 @@ The compiled model is a shared library that plain TVM loads (``tvm.runtime.load_
 ``relax.VirtualMachine``): no dynatune needed to run it. Its outputs are compared with ONNX Runtime on
 the same random input: max absolute error and relative error max|tvm - ort| / max|ort| (float32 outputs
 fail above ``rel_tol``, 1e-4 by default). Every report also carries the untuned TVM latency and ONNX
-Runtime's latency with the same thread count, so a run always says where it stands.
+Runtime's latency with the same thread count, so a run always says where it stands. The compiled model and
+ONNX Runtime are timed side by side (:mod:`dynatune.timing`: alternating blocks in this process), so their
+ratio holds even when the machine's speed drifts.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from .errors import DynatuneError
 from .tasks import backend_passes, fuse_passes
+from .timing import time_side_by_side
 
 
 @dataclass
@@ -39,6 +42,12 @@ class CompileReport:
     numerics_ok: bool
     threads: int
     compile_s: float
+    # side by side with ONNX Runtime (None when it was not measured): median of the per-round ratios
+    # TVM latency / ONNX Runtime latency (< 1: TVM is faster), and the min and max of those ratios
+    ratio_vs_onnxruntime: float | None = None
+    ratio_vs_onnxruntime_min: float | None = None
+    ratio_vs_onnxruntime_max: float | None = None
+    side_by_side_rounds: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -127,29 +136,28 @@ def time_vm(vm, model, inputs, device, repeat: int = 10, min_repeat_ms: int = 20
     return float(vals.mean()), float(vals.std())
 
 
-def onnxruntime_outputs(model, inputs, threads: int):
+def onnxruntime_session(model, threads: int):
+    """ONNX Runtime on the CPU with ``threads`` intra-op threads (the same count TVM gets)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def onnxruntime_outputs(model, inputs, threads: int):
+    sess = onnxruntime_session(model, threads)
     return sess, sess.run(None, inputs)
 
 
 def time_onnxruntime(sess, inputs, repeat: int = 10, min_repeat_ms: int = 200) -> float:
+    """Mean ONNX Runtime latency in ms, alone (:func:`dynatune.timing.time_side_by_side` to compare)."""
+    from .timing import ort_block_timer
+
     sess.run(None, inputs)
-    times = []
-    for _ in range(repeat):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            sess.run(None, inputs)
-            n += 1
-            el = time.perf_counter() - t0
-            if el * 1e3 >= min_repeat_ms:
-                break
-        times.append(el / n * 1e3)
-    return float(np.mean(times))
+    block = ort_block_timer(sess, inputs, min_repeat_ms)
+    return float(np.mean([block() for _ in range(repeat)]))
 
 
 def compare(outputs, reference, rel_tol: float = 1e-4) -> VerifyResult:
@@ -189,16 +197,22 @@ def compile_and_verify(model, target, database, artifact_path: str, *, threads: 
     outs = run(vm, model, inputs, dev)
     sess, ref = onnxruntime_outputs(model, inputs, threads)
     check = compare(outs, ref, rel_tol)
-    lat, std = time_vm(vm, model, inputs, dev, repeat=repeat)
+    side = {}
+    if measure_onnxruntime:  # latency_ms: the median of the TVM rounds
+        sbs = time_side_by_side(vm, model, sess, inputs, dev, rounds=repeat)
+        lat, std, ort_ms = sbs.tvm_median_ms, float(np.std(sbs.tvm_ms)), sbs.ort_median_ms
+        side = dict(ratio_vs_onnxruntime=sbs.ratio_median, ratio_vs_onnxruntime_min=sbs.ratio_min,
+                    ratio_vs_onnxruntime_max=sbs.ratio_max, side_by_side_rounds=len(sbs.tvm_ms))
+    else:
+        (lat, std), ort_ms = time_vm(vm, model, inputs, dev, repeat=repeat), None
     untuned = None
     if measure_untuned:
         vm0 = relax_vm(build(model, target, None), dev)
         untuned = time_vm(vm0, model, inputs, dev, repeat=max(3, repeat // 3))[0]
-    ort_ms = time_onnxruntime(sess, inputs, repeat=repeat) if measure_onnxruntime else None
     return CompileReport(artifact=os.path.abspath(artifact_path), latency_ms=lat, latency_std_ms=std,
                          untuned_latency_ms=untuned, onnxruntime_latency_ms=ort_ms,
                          max_abs_err=check.max_abs_err, max_rel_err=check.max_rel_err, numerics_ok=check.ok,
-                         threads=threads, compile_s=compile_s)
+                         threads=threads, compile_s=compile_s, **side)
 
 
 def relax_vm(executable, device):

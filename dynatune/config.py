@@ -95,6 +95,7 @@ class CompileSection:
     rel_tol: float = 1e-4
     measure_untuned: bool = True
     measure_onnxruntime: bool = True
+    profile: bool = True  # per-kernel profile of the final model (report/profile.json, profile.md)
 
 
 @dataclass
@@ -579,6 +580,7 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
             "rel_tol": lambda v, p: N(v, p, gt=0),
             "measure_untuned": B,
             "measure_onnxruntime": B,
+            "profile": B,
         },
         "work_dir": lambda v, p: S(v, p),
         "tracking": {

@@ -45,8 +45,9 @@ class PeriodicMeasurement:
     def measure(self) -> ModelMeasurement:
         import tvm
 
-        from .compile import build, onnxruntime_session, relax_vm, time_side_by_side
+        from .compile import build, onnxruntime_session, relax_vm
         from .target import target_device, usable_cores
+        from .timing import time_side_by_side
 
         t0 = time.perf_counter()
         session = self.tuner.session
@@ -57,8 +58,8 @@ class PeriodicMeasurement:
             self._ort = onnxruntime_session(self.model, usable_cores())
         timing = time_side_by_side(vm, self.model, self._ort, inputs, dev, rounds=self.rounds)
         m = ModelMeasurement(round=max(0, self.tuner.rounds_done - 1), elapsed_s=self.tuner.elapsed_s,
-                             latency_ms=timing.tvm_ms, onnxruntime_ms=timing.ort_ms, ratio=timing.ratio,
-                             ratio_spread=list(timing.ratio_spread),
+                             latency_ms=timing.tvm_median_ms, onnxruntime_ms=timing.ort_median_ms,
+                             ratio=timing.ratio_median, ratio_spread=[timing.ratio_min, timing.ratio_max],
                              estimated_ms=session.estimated_latency() * 1e3, seconds=time.perf_counter() - t0)
         self.points.append(m.__dict__.copy())
         self.tuner.save_run_state()

@@ -26,7 +26,9 @@ from .errors import DynatuneError
 from .files import atomic_write_json
 from .lock import WorkDirLock
 
-MAX_FAILED_ROUNDS = 3  # rounds in a row that may fail (after their retries) before the run gives up
+MAX_FAILED_ROUNDS = 3
+PROFILE_HEADLINE = ("model_ms", "estimate_ms", "estimate_over_model", "kernel_ms", "calls_without_task_ms",
+                    "between_calls_ms", "gap_ms")  # rounds in a row that may fail (after their retries) before the run gives up
 
 
 # -- the stages ---------------------------------------------------------------------------------------
@@ -136,6 +138,13 @@ class TuningRun:
         return self.steps.compile_verify(self.model, self.target, database, self.cfg,
                                          artifact or os.path.join(self.cfg.work_dir, "model.so"))
 
+    def profile(self, artifact: str) -> dict:
+        """Per-kernel profile of the compiled model (``report/profile.json`` and ``.md``): each call timed in
+        the model beside its task's best schedule timed alone, and where the gap to the estimate goes."""
+        from .profile import write_profile
+
+        return write_profile(artifact, self.model, self.session, os.path.join(self.cfg.work_dir, "report"))
+
     def __exit__(self, *exc) -> None:
         try:
             if self.tuner is not None:
@@ -164,7 +173,10 @@ def run(cfg, callbacks=(), steps: Steps | None = None) -> dict:
             periodic = PeriodicMeasurement(cfg, r.model, r.target, r.tuner)
             _rounds(r.tuner, r.steps, cbs, periodic)
             report = r.compile() if cfg.compile.verify else None
+            profile = r.profile(report.artifact) if report is not None and cfg.compile.profile else None
             summary = make_summary(cfg, r.model, r.tasks, r.tuner, report, periodic, time.perf_counter() - t_start)
+            if profile is not None:
+                summary["profile"] = {k: profile[k] for k in PROFILE_HEADLINE}
             out = write_report(cfg, r.tuner, summary)
             cbs.on_finish(summary, out)
             atomic_write_json(os.path.join(out, "summary.json"), summary)
@@ -246,6 +258,7 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> dict:
         "never_tuned_tasks": tuner.never_tuned(),
         "latency_ms": None, "untuned_latency_ms": None, "onnxruntime_latency_ms": None, "max_rel_err": None,
         "max_abs_err": None, "numerics_ok": None, "artifact": None, "work_dir": cfg.work_dir,
+        "ratio_vs_onnxruntime": None, "ratio_vs_onnxruntime_min": None, "ratio_vs_onnxruntime_max": None,
         "measurements": periodic.points, "time_to_onnxruntime_parity_s": periodic.parity_s(),
         "periodic_measure_s": round(sum(p["seconds"] for p in periodic.points), 3),
         "dynatune_version": __version__,
@@ -255,7 +268,10 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> dict:
     if report is not None:
         s.update(latency_ms=report.latency_ms, untuned_latency_ms=report.untuned_latency_ms,
                  onnxruntime_latency_ms=report.onnxruntime_latency_ms, max_rel_err=report.max_rel_err,
-                 max_abs_err=report.max_abs_err, numerics_ok=report.numerics_ok, artifact=report.artifact)
+                 max_abs_err=report.max_abs_err, numerics_ok=report.numerics_ok, artifact=report.artifact,
+                 ratio_vs_onnxruntime=report.ratio_vs_onnxruntime,
+                 ratio_vs_onnxruntime_min=report.ratio_vs_onnxruntime_min,
+                 ratio_vs_onnxruntime_max=report.ratio_vs_onnxruntime_max)
         if report.untuned_latency_ms:
             s["speedup_vs_untuned"] = report.untuned_latency_ms / report.latency_ms
         if report.onnxruntime_latency_ms:

@@ -311,6 +311,14 @@ def _speedup(summary: dict, ref_key: str) -> str:
     return DASH if v is None else f"{v:.2f}x"
 
 
+def _ratio_spread(summary: dict) -> str:
+    r, lo, hi = (_num(summary.get(k)) for k in ("ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min",
+                                                "ratio_vs_onnxruntime_max"))
+    if r is None:
+        return DASH
+    return f"{r:.3f}" if lo is None or hi is None else f"{r:.3f} ({lo:.3f}-{hi:.3f})"
+
+
 def compare_table(runs: dict[str, dict]) -> str:
     """One row per run (label -> summary dict); a missing value shows as "-".
 
@@ -344,6 +352,9 @@ _HEADLINE = [
     ("latency_ms", "measured latency (ms)", lambda v: _fmt(v, ".3f")),
     ("untuned_latency_ms", "untuned TVM latency (ms)", lambda v: _fmt(v, ".3f")),
     ("onnxruntime_latency_ms", "ONNX Runtime latency (ms)", lambda v: _fmt(v, ".3f")),
+    ("time_to_onnxruntime_parity_s", "first tuning second the measured model beat ONNX Runtime",
+     lambda v: _fmt(v, ".0f")),
+    ("warmup_rounds", "coverage pass: first batches", _int),
 ]
 
 
@@ -365,11 +376,24 @@ def markdown_report(summary: dict, rounds: list[dict], path: str) -> str:
         lines.append(f"| {label} | {fmt(summary.get(key))} |")
     lines.append(f"| speedup vs untuned | {_speedup(summary, 'untuned_latency_ms')} |")
     lines.append(f"| speedup vs ONNX Runtime | {_speedup(summary, 'onnxruntime_latency_ms')} |")
+    lines.append(f"| TVM / ONNX Runtime, side by side (median, min-max of rounds) | {_ratio_spread(summary)} |")
     rel = _num(summary.get("max_rel_err"))
     lines.append(f"| max relative error | {DASH if rel is None else f'{rel:.3g}'} |")
     lines.append(f"| numerics ok | {_text(summary.get('numerics_ok'))} |")
     lines.append(f"| artifact | {_md_escape(_text(summary.get('artifact')))} |")
     lines.append("")
+    never = summary.get("never_tuned_tasks") or []
+    if never:
+        lines += [f"{len(never)} of {_int(summary.get('tasks'))} tasks were never tuned (the budget could not pay "
+                  f"one batch each) and run their untuned schedules: "
+                  f"{', '.join(_md_escape(str(n)) for n in never)}.", ""]
+    prof = summary.get("profile")
+    if prof:
+        lines += [f"Where the model's time goes (`profile.md`): {_fmt(prof.get('model_ms'), '.3f')} ms in the model, "
+                  f"{_fmt(prof.get('kernel_ms'), '.3f')} ms in tuned-task kernels, "
+                  f"{_fmt(prof.get('calls_without_task_ms'), '.3f')} ms in calls with no task, "
+                  f"{_fmt(prof.get('between_calls_ms'), '.3f')} ms between calls; the estimate "
+                  f"(weight x latency, re-timed alone) is {_fmt(prof.get('estimate_ms'), '.3f')} ms.", ""]
     excluded = summary.get("estimate_excludes") or []
     if excluded:
         names = ", ".join(_md_escape(str(n)) for n in excluded)

@@ -186,7 +186,7 @@ class TuningSession:
 
         todo = [t for t in self.tasks if self.states[t.key].default_s is None]
         if todo:
-            cands = [MeasureCandidate(Schedule(_default_schedule(t.mod, self.target)),
+            cands = [MeasureCandidate(Schedule(default_schedule(t.mod, self.target)),
                                       ArgInfo.from_prim_func(t.mod["main"])) for t in todo]
             results, _, _ = self._build_and_run(cands, tasks=todo)
             for t, res in zip(todo, results):
@@ -385,7 +385,7 @@ class TuningSession:
         self.db.close()
 
 
-def _default_schedule(mod, target):
+def default_schedule(mod, target):
     """The untuned schedule: the PrimFunc as lowered (CPU), or the DLight rules the compiler uses (GPU)."""
     if target.kind.name in ("cuda", "rocm", "vulkan", "metal", "opencl"):
         from .compile import gpu_default_schedule

@@ -297,5 +297,5 @@ class MlflowCallback(RunCallback):
 
 FINAL_METRICS = ("latency_ms", "untuned_latency_ms", "onnxruntime_latency_ms", "max_rel_err", "max_abs_err",
                  "speedup_vs_untuned", "speedup_vs_onnxruntime", "estimated_latency_ms", "wall_s",
-                 "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_low", "ratio_vs_onnxruntime_high",
+                 "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min", "ratio_vs_onnxruntime_max",
                  "time_to_onnxruntime_parity_s")
