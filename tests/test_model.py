@@ -12,7 +12,11 @@ from dynatune.tasks import extract_tasks
 from helpers import LIGHT_MODELS, ROOT, light_model, make_tiny_onnx
 
 
-@pytest.mark.parametrize("name", LIGHT_MODELS)
+BIG_LIGHT_MODELS = {"densenet121", "resnet50", "inception_v2", "shufflenet"}  # 12-50 s each: slow tier
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in BIG_LIGHT_MODELS else n
+                                  for n in LIGHT_MODELS])
 def test_light_models_import_and_extract(name, cpu_target):
     model = load_model(light_model(name))
     assert model.inputs and all(d > 0 for i in model.inputs for d in i.shape)
