@@ -337,17 +337,22 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_serve)
 
     b = sub.add_parser("bench", help="benchmarks: replay (recorded traces) or live (real tuning)")
-    b.add_argument("bench", choices=["replay", "live"])
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--models", nargs="*")
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    b.set_defaults(func=cmd_bench)
+    bench = b.add_subparsers(dest="bench", required=True, metavar="{replay,live}")
+    br = bench.add_parser("replay", help="the schedulers replayed on recorded tuning traces")
+    br.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    br.add_argument("--models", nargs="*", help="recorded models to replay (default: all)")
+    br.set_defaults(func=cmd_bench)
+    bench.add_parser("live", help="the schedulers tuning live, same budget (`dynatune bench live --help`)")
     return p
 
 
 def main(argv=None) -> int:
     _quiet_env()
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["bench", "live"]:  # its own parser: every option after `live` is the live bench's
+        args = argparse.Namespace(func=cmd_bench, bench="live", rest=argv[2:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
     except DynatuneError as exc:

@@ -33,3 +33,16 @@ def test_tasks_errors_are_one_line(tmp_path):
     assert p.stderr.strip().count("\n") == 0 and p.stderr.startswith("error: input 'x' has dynamic dim 0")
     p = _cli("tasks", model, "--shape", "x=1x3xbad")
     assert p.returncode == 2 and "bad shape" in p.stderr
+
+
+def test_bench_help_prints_help_and_runs_nothing(capsys):
+    import pytest
+
+    from dynatune.cli import main
+
+    for argv in (["bench", "replay", "--help"], ["bench", "live", "--help"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: dynatune bench {argv[1]}") and "{" not in out.split("\n")[0][:30]
