@@ -19,13 +19,10 @@ this machine still load.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import importlib.util
 import json
-import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,65 +31,46 @@ import yaml
 
 from . import secrets
 from .errors import DynatuneError
+from .measure import MeasureConfig
+from .session import SearchConfig
+from .settings import (BAD, MAX_SEED, Checker, _clean, _describe, _join, _num, _short, field_checks,  # noqa: F401
+                       setting)
 
-SCHEDULERS = ("dynatune", "round_robin", "gradient", "random", "greedy")
-COST_MODELS = ("xgb", "ensemble", "random")
-MAX_SEED = 2**32 - 1
 
 _HINT = "fix the listed keys; configs/quickstart.yaml shows every key with its default"
 
 
 # -- the resolved config ----------------------------------------------------------------------------
+def scheduler_names() -> tuple[str, ...]:
+    from .schedulers import SCHEDULERS
+
+    return tuple(SCHEDULERS)
+
+
+def _section(cls):
+    """A config section: a dataclass field whose value is the dataclass ``cls``."""
+    return field(default_factory=cls, metadata={"section": True})
+
+
 @dataclass
 class ModelSection:
-    path: str = ""  # absolute; the onnx package's light squeezenet when not given
-    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    name: str = ""  # the file stem when not given
+    path: str | None = None  # absolute after loading; the onnx package's light squeezenet when not given
+    shapes: dict = setting(default_factory=dict, check="shapes")  # input name -> (dims)
+    name: str | None = None  # the file stem when not given
     version: str | None = None
 
 
 @dataclass
 class SchedulerSection:
-    name: str = "dynatune"
-    params: dict = field(default_factory=dict)  # scheduler-specific, passed through
-    seed: int = 0
-
-
-@dataclass
-class SearchSection:
-    trials_per_iter: int = 16
-    population_size: int = 128
-    genetic_num_iters: int = 2
-    eps_greedy: float = 0.05
-    cost_model: str = "xgb"
-    contextual_exploration: bool = False
-    max_trials_per_task: int = 10_000
-    seed: int = 0
-    build_timeout_s: float = 15.0  # a legit build takes < 1 s; a pathological one (huge unroll) minutes
-
-
-@dataclass
-class MeasureSection:
-    adaptive: bool = False
-    repeat: int = 5
-    min_repeat_ms: int = 10
-    number: int = 1
-    min_repeats: int = 3
-    max_repeats: int = 10
-    batch: int = 2
-    rel_tol: float = 0.02
-    race_factor: float = 1.5
-    quick_race_factor: float = 3.0
-    adaptive_repeat_ms: int = 4
-    timeout_s: float = 30.0
-    cpu_cache_flush: bool = False
-    rpc: dict | None = None  # {tracker_host, tracker_port, tracker_key[, session_timeout_s, max_workers]}
+    name: str = setting("dynatune", choices=scheduler_names)
+    params: dict = setting(default_factory=dict, check="plain_mapping")  # scheduler-specific, passed through
+    seed: int = setting(0, ge=0, le=MAX_SEED)
 
 
 @dataclass
 class CompileSection:
-    verify: bool = True
-    rel_tol: float = 1e-4
+    verify: bool = True  # compare the tuned model's outputs with ONNX Runtime's
+    rel_tol: float = setting(1e-4, gt=0)
     measure_untuned: bool = True
     measure_onnxruntime: bool = True
     profile: bool = True  # per-kernel profile of the final model (report/profile.json, profile.md)
@@ -100,29 +78,29 @@ class CompileSection:
 
 @dataclass
 class TrackingSection:
-    uri: str = ""  # MLFLOW_TRACKING_URI, else sqlite:///<work_dir>/mlflow.db
-    experiment: str = ""  # dynatune/<model name>
+    uri: str | None = None  # MLFLOW_TRACKING_URI, else sqlite:///<work_dir>/mlflow.db
+    experiment: str | None = None  # dynatune/<model name>
     run_name: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
+    tags: dict = setting(default_factory=dict, check="tags")
 
 
 @dataclass
 class Config:
-    model: ModelSection = field(default_factory=ModelSection)
-    target: str | dict = "llvm"
-    budget_s: float = 600.0
-    slot_s: float = 20.0
-    warmup_share: float = 0.5  # coverage pass: at most this share of the budget gives each task one first batch
-    measure_every_s: float | None = None  # whole-model measurement interval; None: 300 s if budget >= 600 s
-    scheduler: SchedulerSection = field(default_factory=SchedulerSection)
-    search: SearchSection = field(default_factory=SearchSection)
-    measure: MeasureSection = field(default_factory=MeasureSection)
-    compile: CompileSection = field(default_factory=CompileSection)
-    work_dir: str = ""  # absolute; runs/<model name> when not given
-    tracking: TrackingSection = field(default_factory=TrackingSection)
+    model: ModelSection = _section(ModelSection)
+    target: str | dict = setting("llvm", check="target")
+    budget_s: float = setting(600.0, gt=0)
+    slot_s: float = setting(20.0, gt=0)
+    warmup_share: float = setting(0.5, ge=0, le=1)  # coverage pass: at most this share of the budget
+    measure_every_s: float | None = setting(None, ge=0)  # whole-model measurement; None: 300 s if budget >= 600 s
+    scheduler: SchedulerSection = _section(SchedulerSection)
+    search: SearchConfig = _section(SearchConfig)
+    measure: MeasureConfig = _section(MeasureConfig)
+    compile: CompileSection = _section(CompileSection)
+    work_dir: str | None = None  # absolute after loading; runs/<model name> when not given
+    tracking: TrackingSection = _section(TrackingSection)
     prefect_api_url: str | None = None
-    warm_start: list[str] = field(default_factory=list)  # absolute paths of earlier work dirs
-    source: str = field(default="(defaults)", compare=False, repr=False)  # where it came from; not a setting
+    warm_start: list = setting(default_factory=list, check="paths")  # earlier work dirs whose records seed this run
+    source: str = field(default="(defaults)", compare=False, repr=False, metadata={"section": True})  # not a setting
 
     def to_dict(self) -> dict:
         """The fully resolved config as plain JSON-able data, safe to pass on as a parameter
@@ -159,25 +137,6 @@ class Config:
         }
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
-
-    def search_config(self):
-        """The session's :class:`~dynatune.session.SearchConfig` (every field it knows about)."""
-        from .session import SearchConfig
-
-        have = dataclasses.asdict(self.search)
-        names = {f.name for f in dataclasses.fields(SearchConfig)}
-        return SearchConfig(**{k: v for k, v in have.items() if k in names})
-
-    def measure_config(self):
-        """The runner's :class:`~dynatune.measure.MeasureConfig`."""
-        from .measure import MeasureConfig
-
-        have = dataclasses.asdict(self.measure)
-        have["max_repeats_adaptive"] = have.pop("max_repeats")
-        if have.get("rpc") is not None:
-            have["rpc"] = dict(have["rpc"])
-        names = {f.name for f in dataclasses.fields(MeasureConfig)}
-        return MeasureConfig(**{k: v for k, v in have.items() if k in names})
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -327,122 +286,8 @@ def _set_path(raw: dict, parts: list[str], value, origin: str, problems: list[st
 
 
 # -- validation -------------------------------------------------------------------------------------
-class _Bad:
-    """Marks a value that failed its check (the problem is already recorded)."""
-
-
-BAD = _Bad()
-
-
-class _Checker:
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-
-    def fail(self, path: str, msg: str):
-        self.problems.append(f"{path}: {msg}")
-        return BAD
-
-    # scalar checks: each returns the value (normalised) or BAD
-    def boolean(self, v, path):
-        if isinstance(v, bool):
-            return v
-        return self.fail(path, f"must be true or false, got {_describe(v)}")
-
-    def integer(self, v, path, lo=None, hi=None):
-        if isinstance(v, bool) or not isinstance(v, int):
-            return self.fail(path, f"must be an integer, got {_describe(v)}")
-        if lo is not None and hi is not None and not lo <= v <= hi:
-            return self.fail(path, f"must be in [{lo}, {hi}], got {_short(v)}")
-        if lo is not None and v < lo:
-            return self.fail(path, f"must be >= {lo}, got {_short(v)}")
-        return v
-
-    def number(self, v, path, gt=None, ge=None, lt=None, le=None):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return self.fail(path, f"must be a number, got {_describe(v)}")
-        try:
-            x = float(v)
-        except OverflowError:
-            return self.fail(path, f"must be a finite number, got {_short(v)}")
-        if not math.isfinite(x):
-            return self.fail(path, f"must be a finite number, got {_short(v)}")
-        lo_ok = (gt is None or x > gt) and (ge is None or x >= ge)
-        hi_ok = (lt is None or x < lt) and (le is None or x <= le)
-        if not (lo_ok and hi_ok):
-            lo = gt if gt is not None else ge
-            hi = lt if lt is not None else le
-            if lo is not None and hi is not None:
-                left, right = ("(" if gt is not None else "["), (")" if lt is not None else "]")
-                return self.fail(path, f"must be in {left}{_num(lo)}, {_num(hi)}{right}, got {_short(v)}")
-            if lo is not None:
-                return self.fail(path, f"must be {'>' if gt is not None else '>='} {_num(lo)}, got {_short(v)}")
-            return self.fail(path, f"must be {'<' if lt is not None else '<='} {_num(hi)}, got {_short(v)}")
-        return x
-
-    def string(self, v, path, nullable=False, choices=None):
-        if v is None and nullable:
-            return None
-        if not isinstance(v, str):
-            what = "a string or null" if nullable else "a string"
-            quote = " (quote it)" if isinstance(v, (int, float)) or type(v).__module__ == "datetime" else ""
-            return self.fail(path, f"must be {what}, got {_describe(v)}{quote}")
-        if choices is not None and v not in choices:
-            return self.fail(path, f"must be one of {', '.join(choices)}, got {_short(v)}")
-        if not v.strip():
-            return self.fail(path, "must not be empty")
-        return v
-
-    def plain(self, v, path, _stack=()):
-        """Pass-through data: JSON-able (string keys, finite numbers), returned as a copy."""
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, int):
-            return v
-        if isinstance(v, float):
-            return v if math.isfinite(v) else self.fail(path, f"must be a finite number, got {_short(v)}")
-        if isinstance(v, (list, dict)):
-            if id(v) in _stack:
-                return self.fail(path, "is a recursive structure")
-            stack = (*_stack, id(v))
-            if isinstance(v, list):
-                out = [self.plain(x, f"{path}[{i}]", stack) for i, x in enumerate(v)]
-                return BAD if any(x is BAD for x in out) else out
-            res, bad = {}, False
-            for k, x in v.items():
-                if not isinstance(k, str):
-                    self.fail(path, f"keys must be strings, got {_describe(k)}")
-                    bad = True
-                    continue
-                y = self.plain(x, _join(path, k), stack)
-                bad |= y is BAD
-                res[k] = y
-            return BAD if bad else res
-        return self.fail(path, f"must be plain data (string, number, bool, null, list, mapping), got {_describe(v)}")
-
-    def mapping(self, v, path, fields: dict, nullable_section=True):
-        """Check a section: known keys only; returns {key: checked value} for the keys present."""
-        if v is None and nullable_section:
-            return {}
-        if not isinstance(v, dict):
-            self.fail(path, f"must be a mapping, got {_describe(v)}")
-            return None
-        out = {}
-        for k, x in v.items():
-            if not isinstance(k, str) or k not in fields:
-                self.unknown(path, k, fields)
-                continue
-            out[k] = fields[k](x, _join(path, k))
-        return out
-
-    def unknown(self, path, key, known):
-        close = difflib.get_close_matches(key, list(known), n=1) if isinstance(key, str) else []
-        hint = f"did you mean '{close[0]}'?" if close else f"expected one of: {', '.join(known)}"
-        self.problems.append(f"{_join(path, key)}: unknown key ({hint})")
-
-
-def _validate(raw: dict, source: str, problems: list[str]) -> Config:
-    c = _Checker(problems)
-    I, N, B, S = c.integer, c.number, c.boolean, c.string  # noqa: E741
+def _custom_checks(c: Checker) -> dict:
+    """The checks of the structured settings (``setting(..., check=NAME)``)."""
 
     def shapes(v, path):
         if v is None:
@@ -471,13 +316,13 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
                               "give a kind name like 'llvm' or a mapping such as {kind: llvm, mcpu: ...}")
             return v
         if isinstance(v, dict):
-            kind = S(v["kind"], _join(path, "kind")) if "kind" in v else \
+            kind = c.string(v["kind"], _join(path, "kind")) if "kind" in v else \
                 c.fail(path, "a target mapping needs a 'kind' (e.g. llvm, cuda)")
             d = c.plain({k: x for k, x in v.items() if k != "kind"}, path)
             return BAD if kind is BAD or d is BAD else {"kind": kind, **d}
         return c.fail(path, f"must be a kind name like 'llvm' or a mapping with a 'kind', got {_describe(v)}")
 
-    def params(v, path):
+    def plain_mapping(v, path):
         if v is None:
             return {}
         if not isinstance(v, dict):
@@ -502,25 +347,23 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
             out[k] = x
         return BAD if bad else out
 
-    def str_list(v, path):
+    def paths(v, path):
         if v is None:
             return []
         if not isinstance(v, list):
             return c.fail(path, f"must be a list of paths, got {_describe(v)}")
-        out = [S(x, f"{path}[{i}]") for i, x in enumerate(v)]
+        out = [c.string(x, f"{path}[{i}]") for i, x in enumerate(v)]
         return BAD if any(x is BAD for x in out) else [os.path.abspath(x) for x in out]
 
     rpc_fields = {
-        "tracker_host": lambda v, p: S(v, p),
-        "tracker_port": lambda v, p: I(v, p, 1, 65535),
-        "tracker_key": lambda v, p: S(v, p),
-        "session_timeout_s": lambda v, p: N(v, p, gt=0),
-        "max_workers": lambda v, p: I(v, p, 1),
+        "tracker_host": lambda v, p: c.string(v, p),
+        "tracker_port": lambda v, p: c.integer(v, p, 1, 65535),
+        "tracker_key": lambda v, p: c.string(v, p),
+        "session_timeout_s": lambda v, p: c.number(v, p, gt=0),
+        "max_workers": lambda v, p: c.integer(v, p, 1),
     }
 
     def rpc(v, path):
-        if v is None:
-            return None
         got = c.mapping(v, path, rpc_fields, nullable_section=False)
         if got is None:
             return BAD
@@ -531,67 +374,17 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
             return BAD
         return got
 
-    schema = {
-        "model": {
-            "path": lambda v, p: S(v, p, nullable=True),
-            "shapes": shapes,
-            "name": lambda v, p: S(v, p, nullable=True),
-            "version": lambda v, p: S(v, p, nullable=True),
-        },
-        "target": target,
-        "budget_s": lambda v, p: N(v, p, gt=0),
-        "slot_s": lambda v, p: N(v, p, gt=0),
-        "warmup_share": lambda v, p: N(v, p, ge=0, le=1),
-        "measure_every_s": lambda v, p: None if v is None else N(v, p, ge=0),
-        "scheduler": {
-            "name": lambda v, p: S(v, p, choices=SCHEDULERS),
-            "params": params,
-            "seed": lambda v, p: I(v, p, 0, MAX_SEED),
-        },
-        "search": {
-            "trials_per_iter": lambda v, p: I(v, p, 1),
-            "population_size": lambda v, p: I(v, p, 8),
-            "genetic_num_iters": lambda v, p: I(v, p, 0),
-            "eps_greedy": lambda v, p: N(v, p, ge=0, le=1),
-            "cost_model": lambda v, p: S(v, p, choices=COST_MODELS),
-            "contextual_exploration": B,
-            "max_trials_per_task": lambda v, p: I(v, p, 1),
-            "seed": lambda v, p: I(v, p, 0, MAX_SEED),
-            "build_timeout_s": lambda v, p: N(v, p, gt=0),
-        },
-        "measure": {
-            "adaptive": B,
-            "repeat": lambda v, p: I(v, p, 1),
-            "min_repeat_ms": lambda v, p: I(v, p, 0),
-            "number": lambda v, p: I(v, p, 1),
-            "min_repeats": lambda v, p: I(v, p, 2),
-            "max_repeats": lambda v, p: I(v, p, 1),
-            "batch": lambda v, p: I(v, p, 1),
-            "rel_tol": lambda v, p: N(v, p, gt=0, lt=1),
-            "race_factor": lambda v, p: N(v, p, gt=1),
-            "quick_race_factor": lambda v, p: N(v, p, gt=1),
-            "adaptive_repeat_ms": lambda v, p: I(v, p, 0),
-            "timeout_s": lambda v, p: N(v, p, gt=0),
-            "cpu_cache_flush": B,
-            "rpc": rpc,
-        },
-        "compile": {
-            "verify": B,
-            "rel_tol": lambda v, p: N(v, p, gt=0),
-            "measure_untuned": B,
-            "measure_onnxruntime": B,
-            "profile": B,
-        },
-        "work_dir": lambda v, p: S(v, p),
-        "tracking": {
-            "uri": lambda v, p: S(v, p, nullable=True),
-            "experiment": lambda v, p: S(v, p, nullable=True),
-            "run_name": lambda v, p: S(v, p, nullable=True),
-            "tags": tags,
-        },
-        "prefect_api_url": lambda v, p: S(v, p, nullable=True),
-        "warm_start": str_list,
-    }
+    return {"shapes": shapes, "target": target, "plain_mapping": plain_mapping, "tags": tags, "paths": paths,
+            "rpc": rpc}
+
+
+def _validate(raw: dict, source: str, problems: list[str]) -> Config:
+    c = Checker(problems)
+    custom = _custom_checks(c)
+    sections = {f.name: f.default_factory for f in dataclasses.fields(Config) if f.metadata.get("section")
+                and f.name != "source"}
+    schema: dict[str, Any] = {name: field_checks(cls, c, custom) for name, cls in sections.items()}
+    schema.update(field_checks(Config, c, custom))
 
     got: dict[str, Any] = {}
     for key, value in raw.items():
@@ -611,8 +404,8 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
     if budget is not BAD and slot is not BAD and slot > budget:
         c.fail("slot_s", f"must be <= budget_s ({_num(budget)}), got {_num(slot)}")
     m = got.get("measure") if isinstance(got.get("measure"), dict) else {}
-    lo = m.get("min_repeats", MeasureSection.min_repeats)
-    hi = m.get("max_repeats", MeasureSection.max_repeats)
+    lo = m.get("min_repeats", MeasureConfig.min_repeats)
+    hi = m.get("max_repeats", MeasureConfig.max_repeats)
     if lo is not BAD and hi is not BAD and hi < lo:
         c.fail("measure.max_repeats", f"must be >= measure.min_repeats ({lo}), got {hi}")
 
@@ -621,49 +414,23 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
         raise DynatuneError(f"config {source} has {n} problem{'s' if n != 1 else ''}: " + "; ".join(problems),
                             _HINT)
 
-    def section(cls, key):
-        return cls(**(got.get(key) or {}))
-
-    model = section(ModelSection, "model")
+    cfg = Config(**{k: sections[k](**v) if k in sections else v for k, v in got.items()}, source=source)
+    model = cfg.model
     model.path = os.path.abspath(model.path) if model.path else default_model_path()
     stem = Path(model.path).stem
     model.name = model.name or (stem if stem.strip() else "model")
-    model.shapes = dict(model.shapes or {})
-    work_dir = os.path.abspath(got.get("work_dir") or os.path.join("runs", model.name))
-    tracking = section(TrackingSection, "tracking")
+    cfg.work_dir = os.path.abspath(cfg.work_dir or os.path.join("runs", model.name))
+    tracking = cfg.tracking
     tracking.uri = secrets.resolve(tracking.uri, "tracking.uri") or os.environ.get("MLFLOW_TRACKING_URI") or \
-        "sqlite:///" + os.path.join(work_dir, "mlflow.db")
+        "sqlite:///" + os.path.join(cfg.work_dir, "mlflow.db")
     tracking.experiment = tracking.experiment or f"dynatune/{model.name}"
-    tracking.tags = dict(tracking.tags or {})
-    sched = section(SchedulerSection, "scheduler")
-    sched.params = dict(sched.params or {})
-
-    return Config(
-        model=model,
-        target=got.get("target", Config.target),
-        budget_s=got.get("budget_s", Config.budget_s),
-        slot_s=got.get("slot_s", Config.slot_s),
-        warmup_share=got.get("warmup_share", Config.warmup_share),
-        measure_every_s=got.get("measure_every_s", Config.measure_every_s),
-        scheduler=sched,
-        search=section(SearchSection, "search"),
-        measure=section(MeasureSection, "measure"),
-        compile=section(CompileSection, "compile"),
-        work_dir=work_dir,
-        tracking=tracking,
-        prefect_api_url=secrets.resolve(got.get("prefect_api_url"), "prefect_api_url"),
-        warm_start=list(got.get("warm_start") or []),
-        source=source,
-    )
+    cfg.prefect_api_url = secrets.resolve(cfg.prefect_api_url, "prefect_api_url")
+    if cfg.measure.rpc is not None:
+        cfg.measure.rpc = dict(cfg.measure.rpc)
+    return cfg
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
-
-
-def _join(path: str, key) -> str:
-    k = key if isinstance(key, str) and _PLAIN_KEY.fullmatch(key) and len(key) <= 60 else _short(key)
-    return f"{path}.{k}" if path else k
 
 
 def _parse_dims(v) -> tuple[int, ...] | None:
@@ -679,50 +446,3 @@ def _parse_dims(v) -> tuple[int, ...] | None:
     else:
         return None
     return dims if dims and all(d > 0 for d in dims) else None
-
-
-def _num(x) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
-def _clean(text: str) -> str:
-    """One line, whatever the text holds."""
-    return " ".join(str(text).split())
-
-
-def _short(v, limit: int = 60) -> str:
-    """A one-line, bounded rendering of a value for a message."""
-    if v is None:
-        s = "null"
-    elif isinstance(v, bool):
-        s = "true" if v else "false"
-    elif isinstance(v, float):
-        s = repr(v)
-    elif isinstance(v, int):
-        s = str(v) if abs(v) < 10**30 else f"{'-' if v < 0 else ''}<{len(str(abs(v)))}-digit integer>"
-    else:
-        try:
-            s = repr(v)
-        except Exception:  # pragma: no cover - exotic objects
-            s = f"<{type(v).__name__}>"
-    s = _clean(s)
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _describe(v) -> str:
-    """The kind of a value and the value itself, for type errors."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return f"a boolean ({_short(v)})"
-    if isinstance(v, int):
-        return f"an integer ({_short(v)})"
-    if isinstance(v, float):
-        return f"a float ({_short(v)})"
-    if isinstance(v, str):
-        return f"a string ({_short(v)})"
-    if isinstance(v, dict):
-        return f"a mapping ({_short(v)})"
-    if isinstance(v, (list, tuple)):
-        return f"a list ({_short(v)})"
-    return f"a {type(v).__name__} ({_short(v)})"

@@ -10,6 +10,13 @@
 from __future__ import annotations
 
 
+COST_MODELS = ("xgb", "ensemble", "random")
+
+
+def cost_model_names() -> tuple[str, ...]:
+    return COST_MODELS
+
+
 def make_cost_model(kind: str, seed: int = 0, contextual_exploration: bool = False):
     """A cost model by name; ``contextual_exploration`` applies to ``ensemble`` only (rank by μ + κσ)."""
     from tvm.s_tir import meta_schedule as ms

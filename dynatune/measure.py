@@ -24,29 +24,34 @@ from functools import partial
 
 import numpy as np
 
+from .settings import setting
+
 from .index_args import args_key
 
 
 @dataclass
 class MeasureConfig:
+    """How candidates are measured (the config's ``measure:``)."""
+
     adaptive: bool = False
-    repeat: int = 5  # fixed protocol
-    min_repeat_ms: int = 10  # each repeat loops the kernel for at least this long
-    number: int = 1
-    min_repeats: int = 3  # adaptive protocol
-    max_repeats_adaptive: int = 10
-    batch: int = 2
-    rel_tol: float = 0.02
-    race_factor: float = 1.5
-    quick_race_factor: float = 3.0  # raced after one repeat when that repeat is this much slower
-    adaptive_repeat_ms: int = 4  # each adaptive repeat loops the kernel for at least this long
-    timeout_s: float = 30.0
+    repeat: int = setting(5, ge=1)  # fixed protocol: repeats per candidate
+    min_repeat_ms: int = setting(10, ge=0)  # each repeat loops the kernel for at least this long
+    number: int = setting(1, ge=1)
+    min_repeats: int = setting(3, ge=2)  # adaptive protocol: at least this many repeats ...
+    max_repeats: int = setting(10, ge=1)  # ... and at most this many
+    batch: int = setting(2, ge=1)
+    rel_tol: float = setting(0.02, gt=0, lt=1)
+    race_factor: float = setting(1.5, gt=1)
+    quick_race_factor: float = setting(3.0, gt=1)  # raced after one repeat when that repeat is this much slower
+    adaptive_repeat_ms: int = setting(4, ge=0)  # each adaptive repeat loops the kernel for at least this long
+    timeout_s: float = setting(30.0, gt=0)
     cpu_cache_flush: bool = False
-    rpc: dict | None = None  # {tracker_host, tracker_port, tracker_key, ...}: measure on a device farm
+    rpc: dict | None = setting(None, check="rpc")  # {tracker_host, tracker_port, tracker_key, ...}: a device farm
 
     @property
-    def max_repeats(self) -> int:
-        return self.max_repeats_adaptive if self.adaptive else self.repeat
+    def repeat_cap(self) -> int:
+        """The most repeats a candidate can get under the protocol in use."""
+        return self.max_repeats if self.adaptive else self.repeat
 
 
 # -- statistics (pure functions, unit-tested on synthetic timings) ----------------------------------
@@ -235,7 +240,7 @@ def fill_index_args(repeated_args, bounds) -> None:
 def evaluator_for(cfg: MeasureConfig, incumbent: float | None, rpc: bool = False):
     f = rpc_adaptive_evaluator if rpc else adaptive_evaluator
     if cfg.adaptive:
-        return partial(f, min_repeats=cfg.min_repeats, max_repeats=cfg.max_repeats_adaptive,
+        return partial(f, min_repeats=cfg.min_repeats, max_repeats=cfg.max_repeats,
                        batch=cfg.batch, rel_tol=cfg.rel_tol, race_factor=cfg.race_factor,
                        incumbent=incumbent if incumbent and math.isfinite(incumbent) else None,
                        quick_race_factor=cfg.quick_race_factor, repeat_ms=cfg.adaptive_repeat_ms)
@@ -249,7 +254,7 @@ def why_stopped(cfg: MeasureConfig, secs, incumbent: float | None) -> str:
     if not cfg.adaptive:
         return "fixed"
     inc = incumbent if incumbent and math.isfinite(incumbent) else None
-    return stop_reason(secs, cfg.min_repeats, cfg.max_repeats_adaptive, cfg.rel_tol, cfg.race_factor, inc,
+    return stop_reason(secs, cfg.min_repeats, cfg.max_repeats, cfg.rel_tol, cfg.race_factor, inc,
                        cfg.quick_race_factor) or "max_repeats"
 
 

@@ -109,8 +109,8 @@ class TuningRun:
             self.model = steps.load_model(cfg)
             self.target, self.tasks, self.cache_hit = steps.extract(self.model, cfg)
             import_tvm_intrinsics()
-            self.session = TuningSession(self.tasks, self.target, cfg.work_dir, search=cfg.search_config(),
-                                         measure=cfg.measure_config())
+            self.session = TuningSession(self.tasks, self.target, cfg.work_dir, search=cfg.search,
+                                         measure=cfg.measure)
             self.warm_start = None
             if cfg.warm_start:
                 from .warmstart import warm_start

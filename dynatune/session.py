@@ -21,31 +21,32 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from .builder import PersistentBuilder, remove_artifact
+from .costmodel import cost_model_names
 from .database import FAILED, JsonlWriter, TuningDatabase, mean_secs
 from .files import atomic_write_json, remove_leftovers
 from .index_args import bounds_by_args, index_bounds
 from .measure import MeasureConfig, make_runner, why_stopped
+from .settings import MAX_SEED, setting
 from .target import target_device
 from .tasks import Task
 
 
 @dataclass
 class SearchConfig:
-    """Evolutionary-search settings sized for small budgets on few cores."""
+    """Evolutionary-search settings sized for small budgets on few cores (the config's ``search:``)."""
 
-    trials_per_iter: int = 16
-    population_size: int = 128
-    init_measured_ratio: float = 0.2
-    init_min_unmeasured: int = 32
-    genetic_num_iters: int = 2
-    genetic_mutate_prob: float = 0.85
-    eps_greedy: float = 0.05
-    max_trials_per_task: int = 10_000
-    cost_model: str = "xgb"  # "xgb" | "ensemble" (AdaTune) | "random"
+    trials_per_iter: int = setting(16, ge=1)
+    population_size: int = setting(128, ge=8)
+    init_measured_ratio: float = setting(0.2, ge=0, le=1)
+    init_min_unmeasured: int = setting(32, ge=0)
+    genetic_num_iters: int = setting(2, ge=0)
+    genetic_mutate_prob: float = setting(0.85, ge=0, le=1)
+    eps_greedy: float = setting(0.05, ge=0, le=1)
+    max_trials_per_task: int = setting(10_000, ge=1)
+    cost_model: str = setting("xgb", choices=cost_model_names)  # xgb | ensemble (AdaTune) | random
     contextual_exploration: bool = False  # ensemble only: rank by mean + kappa*std, kappa from sigma/best
-    seed: int = 0
-    build_timeout_s: float = 15.0  # a legit build takes < 1 s; a pathological one (huge unroll) minutes
+    seed: int = setting(0, ge=0, le=MAX_SEED)
+    build_timeout_s: float = setting(15.0, gt=0)  # a legit build takes < 1 s; a pathological one minutes
 
 
 @dataclass
@@ -95,6 +96,7 @@ RETIRE_AFTER_FAILED_BATCHES = 3
 class TuningSession:
     def __init__(self, tasks: list[Task], target, work_dir: str, *, search: SearchConfig | None = None,
                  measure: MeasureConfig | None = None, num_workers: int | None = None):
+        from .builder import PersistentBuilder  # imports TVM: not needed to read a config
         from .target import usable_cores
 
         self.tasks = tasks
@@ -289,7 +291,7 @@ class TuningSession:
                     ok_c.append(c)
                     ok_r.append(r)
                     res.repeats += len(secs)
-                    res.repeats_saved += max(0, self.measure.max_repeats - len(secs))
+                    res.repeats_saved += max(0, self.measure.repeat_cap - len(secs))
                     why = why_stopped(self.measure, [float(x) for x in secs], incumbent)
                     res.stops[why] = res.stops.get(why, 0) + 1
                     measured.append({"repeats": len(secs), "stop": why, "mean_s": mean_secs(secs)})
@@ -326,6 +328,8 @@ class TuningSession:
         """
         from tvm.s_tir.meta_schedule.builder import BuilderInput
         from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+
+        from .builder import remove_artifact
 
         t0 = time.perf_counter()
         built = self.builder.build([BuilderInput(c.sch.mod, self.target) for c in cands])

@@ -40,7 +40,10 @@ def test_every_task_gets_one_first_batch_heaviest_first_then_the_scheduler(tiny,
         assert sorted(r.task for r in first) == sorted(weighted)  # each task once
         order = [weighted[r.task] for r in first]
         assert order == sorted(order, reverse=True)  # heaviest untuned weighted latency first
-        assert all(r.result["trials"] == SMALL.trials_per_iter for r in first)  # one batch, not a slot
+        # a first batch, not a slot: trials_per_iter trials (a task whose search space yields fewer per batch
+        # gets a few more small batches to make them up, or is exhausted)
+        assert all(r.result["trials"] >= SMALL.trials_per_iter or r.result["exhausted"] for r in first)
+        assert all(r.result["trials"] < 4 * SMALL.trials_per_iter for r in first), [r.result for r in first]
         assert recs[-1].phase == "scheduler"
         assert tuner.never_tuned() == []
         assert [r["phase"] for r in tuner.rounds] == [r.phase for r in recs]  # recorded for resume

@@ -131,7 +131,7 @@ def test_fixed_protocol_uses_exactly_repeat(cpu_target, tmp_path):
     small = SearchConfig(trials_per_iter=4, population_size=32, init_min_unmeasured=16, genetic_num_iters=1)
     out = {}
     for adaptive in (False, True):
-        cfg = MeasureConfig(adaptive=adaptive, repeat=6, min_repeats=3, max_repeats_adaptive=12, min_repeat_ms=5,
+        cfg = MeasureConfig(adaptive=adaptive, repeat=6, min_repeats=3, max_repeats=12, min_repeat_ms=5,
                             rel_tol=0.05)
         sess = TuningSession(tasks, cpu_target, str(tmp_path / f"w{adaptive}"), search=small, measure=cfg)
         r = sess.tune(0, trials=4)

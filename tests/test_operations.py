@@ -375,7 +375,7 @@ def test_rpc_tracker_farm_with_adaptive_measurement(cpu_target, tmp_path):
         _wait_for(free_servers, 60, "two device servers registered with the tracker")
         model = load_model(make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1))
         tasks = extract_tasks(model, cpu_target)
-        mc = MeasureConfig(adaptive=True, min_repeat_ms=5, min_repeats=3, max_repeats_adaptive=8,
+        mc = MeasureConfig(adaptive=True, min_repeat_ms=5, min_repeats=3, max_repeats=8,
                            rpc={"tracker_host": "127.0.0.1", "tracker_port": tracker.port, "tracker_key": "farm",
                                 "max_workers": 2, "session_timeout_s": 60})
         s = TuningSession(tasks, cpu_target, str(tmp_path / "work"),
