@@ -31,33 +31,19 @@ def compile_scheduled(mod, target):
 
 def build_and_export(mod, target, out_dir: str) -> str:
     """Worker side: compile one scheduled module and link it into ``out_dir``."""
-    if os.environ.get("DYNATUNE_FAULT_BUILD") == "crash":
-        os._exit(3)  # simulate a build worker dying (tests)
-    if os.environ.get("DYNATUNE_FAULT_BUILD") and _fault_hit(mod, os.environ["DYNATUNE_FAULT_BUILD"]):
-        raise RuntimeError("injected build failure (DYNATUNE_FAULT_BUILD)")
     rt_mod = compile_scheduled(mod, target)
     path = os.path.join(tempfile.mkdtemp(dir=out_dir), "candidate.so")
     rt_mod.export_library(path)
     return path
 
 
-def _fault_hit(mod, spec: str) -> bool:
-    """Fault injection for tests: ``all`` or a float probability (``crash`` kills the worker instead)."""
-    import random
-
-    if spec == "all":
-        return True
-    try:
-        return random.random() < float(spec)
-    except ValueError:
-        return False
-
-
 @derived_object
 class PersistentBuilder(PyBuilder):
     def __init__(self, max_workers: int, timeout_sec: float = 60.0, max_uses: int = 256,
-                 artifact_dir: str | None = None) -> None:
+                 artifact_dir: str | None = None, build_fn=build_and_export) -> None:
+        """``build_fn(mod, target, out_dir) -> artifact path`` runs in the workers (tests pass failing ones)."""
         super().__init__()
+        self.build_fn = build_fn
         self.max_workers = max_workers
         self.timeout_sec = timeout_sec
         self.max_uses = max_uses
@@ -74,8 +60,9 @@ class PersistentBuilder(PyBuilder):
     def build(self, build_inputs):
         pool = self._get_pool()
         results = []
+        fn = self.build_fn
         for res in pool.map_with_error_catching(
-            lambda x: build_and_export(*x),
+            lambda x: fn(*x),
             [(bi.mod, bi.target, self.artifact_dir) for bi in build_inputs],
         ):
             if res.status == StatusKind.COMPLETE:

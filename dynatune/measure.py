@@ -140,14 +140,6 @@ def adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, *, min_r
     ``repeat_ms``; every batch reuses that count and skips TVM's per-call calibration (which grows the
     count from 1 by x1.6 steps and throws those runs away: ~1.6 repeats' worth per call).
     """
-    import os
-
-    if os.environ.get("DYNATUNE_FAULT_RUN") == "crash":
-        os._exit(3)  # simulate a runner crash (tests)
-    if os.environ.get("DYNATUNE_FAULT_RUN") == "hang":
-        import time
-
-        time.sleep(3600)
     evaluators = {}
     calibrated = {"number": None}
     preproc = "cache_flush_cpu_non_first_arg" if evaluator_config.enable_cpu_cache_flush else ""
@@ -237,8 +229,9 @@ def fill_index_args(repeated_args, bounds) -> None:
             arg.copyfrom(rng.integers(0, high, size=tuple(int(d) for d in arg.shape)).astype(dtype))
 
 
-def evaluator_for(cfg: MeasureConfig, incumbent: float | None, rpc: bool = False):
-    f = rpc_adaptive_evaluator if rpc else adaptive_evaluator
+def evaluator_for(cfg: MeasureConfig, incumbent: float | None, rpc: bool = False, f=None):
+    """The runner's ``f_run_evaluator``: ``f`` (the adaptive evaluator by default) bound to the protocol."""
+    f = f or (rpc_adaptive_evaluator if rpc else adaptive_evaluator)
     if cfg.adaptive:
         return partial(f, min_repeats=cfg.min_repeats, max_repeats=cfg.max_repeats,
                        batch=cfg.batch, rel_tol=cfg.rel_tol, race_factor=cfg.race_factor,
@@ -261,14 +254,17 @@ def why_stopped(cfg: MeasureConfig, secs, incumbent: float | None) -> str:
 class Runner:
     """A MetaSchedule runner (local, or RPC to a device farm) with the configured protocol."""
 
-    def __init__(self, cfg: MeasureConfig, target):
+    def __init__(self, cfg: MeasureConfig, target, evaluator=None):
+        """``evaluator``: the function timing one candidate in the runner worker (default: the adaptive
+        evaluator, local or RPC); tests pass ones that crash or hang."""
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
 
         self.cfg = cfg
+        self.evaluator = evaluator
         self.evaluator_config = EvaluatorConfig(number=cfg.number, repeat=1, min_repeat_ms=cfg.min_repeat_ms,
                                                 enable_cpu_cache_flush=cfg.cpu_cache_flush)
         self.rpc = bool(cfg.rpc)
-        f = evaluator_for(cfg, None, rpc=self.rpc)
+        f = evaluator_for(cfg, None, rpc=self.rpc, f=evaluator)
         self._alloc = rpc_alloc_argument if self.rpc else cached_alloc_argument
         if cfg.rpc:
             rpc = RPCConfig(tracker_host=cfg.rpc["tracker_host"], tracker_port=int(cfg.rpc["tracker_port"]),
@@ -289,8 +285,7 @@ class Runner:
 
     def set_incumbent(self, incumbent_s: float | None) -> None:
         """Racing compares each candidate with the task's best latency so far."""
-        if self.cfg.adaptive:
-            self.inner.f_run_evaluator = evaluator_for(self.cfg, incumbent_s, rpc=self.rpc)
+        self.inner.f_run_evaluator = evaluator_for(self.cfg, incumbent_s, rpc=self.rpc, f=self.evaluator)
 
     def set_index_bounds(self, index_bounds: dict | None) -> None:
         """Valid indices for the next run's index arguments: ``{args_key: ((position, high), ...)}``
@@ -311,5 +306,5 @@ class Runner:
                 pass
 
 
-def make_runner(cfg: MeasureConfig, target) -> Runner:
-    return Runner(cfg, target)
+def make_runner(cfg: MeasureConfig, target, evaluator=None) -> Runner:
+    return Runner(cfg, target, evaluator)

@@ -22,10 +22,12 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .costmodel import cost_model_names
-from .database import FAILED, JsonlWriter, TuningDatabase, mean_secs
+from .database import JsonlWriter, TuningDatabase, mean_secs
 from .files import atomic_write_json, remove_leftovers
 from .index_args import bounds_by_args, index_bounds
-from .measure import MeasureConfig, make_runner, why_stopped
+from .batch_callbacks import Batch, default_batch_callbacks, short_error
+from .measure import MeasureConfig, make_runner
+from .retirement import RetirementPolicy
 from .settings import MAX_SEED, setting
 from .target import target_device
 from .tasks import Task
@@ -89,13 +91,14 @@ class TaskState:
     fail_streak: int = 0  # candidates in a row that failed to build or run (across slots and processes)
 
 
-# a task is retired after this many batches in a row in which no candidate built and ran
-RETIRE_AFTER_FAILED_BATCHES = 3
-
-
 class TuningSession:
     def __init__(self, tasks: list[Task], target, work_dir: str, *, search: SearchConfig | None = None,
-                 measure: MeasureConfig | None = None, num_workers: int | None = None):
+                 measure: MeasureConfig | None = None, num_workers: int | None = None, builder=None, runner=None,
+                 cost_model=None, batch_callbacks=None, retirement: RetirementPolicy | None = None):
+        """``builder``, ``runner``, ``cost_model``: the collaborators (as MetaSchedule's task scheduler takes
+        them); by default a :class:`~dynatune.builder.PersistentBuilder`, a :class:`~dynatune.measure.Runner`
+        for ``measure`` and the ``search.cost_model`` (reloaded from the work dir). ``batch_callbacks``: what
+        runs after each batch (:mod:`dynatune.batch_callbacks`); ``retirement``: when a task stops."""
         from .builder import PersistentBuilder  # imports TVM: not needed to read a config
         from .target import usable_cores
 
@@ -108,15 +111,18 @@ class TuningSession:
         remove_leftovers(work_dir)
         self.db = TuningDatabase(os.path.join(work_dir, "db"))
         # per measured candidate: repeats used and why the evaluator stopped (one line per batch)
-        self._measurements = JsonlWriter(os.path.join(work_dir, "db", "measurements.jsonl"))
+        self.measurement_log = JsonlWriter(os.path.join(work_dir, "db", "measurements.jsonl"))
+        self.batch_callbacks = list(batch_callbacks) if batch_callbacks is not None else default_batch_callbacks()
+        self.retirement = retirement or RetirementPolicy()
         self.state_path = os.path.join(work_dir, "session.json")
         self.cost_model_path = os.path.join(work_dir, "cost_model")
         self.states: dict[str, TaskState] = {t.key: TaskState() for t in tasks}
         self._load_state()
-        self.builder = PersistentBuilder(num_workers or usable_cores(), timeout_sec=self.search.build_timeout_s,
-                                         artifact_dir=os.path.join(work_dir, "tmp-build-" + str(os.getpid())))
-        self.runner = make_runner(self.measure, target)
-        self.cost_model = self._make_cost_model()
+        self.builder = builder or PersistentBuilder(
+            num_workers or usable_cores(), timeout_sec=self.search.build_timeout_s,
+            artifact_dir=os.path.join(work_dir, "tmp-build-" + str(os.getpid())))
+        self.runner = runner or make_runner(self.measure, target)
+        self.cost_model = cost_model or self._make_cost_model()
         self._contexts: dict[int, object] = {}
         self._index_bounds: dict[str, dict[int, int]] = {}  # task key -> {param position: high}
 
@@ -151,6 +157,23 @@ class TuningSession:
             except Exception:  # a stale or foreign file: retrain from scratch
                 cm = make_cost_model(kind, seed, contextual_exploration=ce)
         return cm
+
+    # -- warm start ------------------------------------------------------------------------------
+    def import_records(self, other: TuningDatabase, keys) -> int:
+        """Copy another run's records of tasks ``keys`` into this session's database; returns how many."""
+        return self.db.import_records(other, keys)
+
+    def adopt_progress(self, key: str, earlier: dict) -> None:
+        """Carry over an earlier run's progress on task ``key`` (its ``session.json`` entry): history,
+        seconds, trials, and its untuned latency if this run has not measured it. A task already tuned
+        here keeps its own."""
+        st = self.states[key]
+        if st.history:
+            return
+        st.history = [list(h) for h in earlier.get("history", [])]
+        st.seconds, st.trials = earlier.get("seconds", 0.0), earlier.get("trials", 0)
+        if st.default_s is None:
+            st.default_s = earlier.get("default_s")
 
     # -- queries ---------------------------------------------------------------------------------
     def state(self, i: int) -> TaskState:
@@ -196,7 +219,7 @@ class TuningSession:
                 st = self.states[t.key]
                 st.default_s = secs
                 if not math.isfinite(secs):
-                    st.note = "default schedule failed: " + _short(res.error_msg)
+                    st.note = "default schedule failed: " + short_error(res.error_msg)
             self.save_state()
         return {t.index: self.states[t.key].default_s for t in self.tasks}
 
@@ -235,8 +258,6 @@ class TuningSession:
         A slot always measures at least one batch, and stops before a batch that would overrun it by
         more than half a batch.
         """
-        from tvm.s_tir import meta_schedule as ms
-
         if seconds is None and trials is None:
             raise ValueError("give seconds or trials")
         t = self.tasks[i]
@@ -251,7 +272,6 @@ class TuningSession:
         t0 = time.perf_counter()
         ctx = self._context(i)  # once per task and process: design space + search state
         res.search_s += time.perf_counter() - t0
-        workload = self.db.workload(t.key, t.mod)
         batch_s = 0.0
         slot_start = time.perf_counter()  # the slot is for tuning; the one-off set-up above is not in it
         while True:
@@ -266,9 +286,7 @@ class TuningSession:
             cands = ctx.generate_measure_candidates()
             res.search_s += time.perf_counter() - t0
             if not cands:
-                st.exhausted = True
-                st.note = res.note = "search space exhausted"
-                res.exhausted = True
+                res.note, res.exhausted = self.retirement.search_exhausted(st), True
                 break
             incumbent = self.best_latency(i)
             results, build_s, measure_s = self._build_and_run(cands, incumbent_s=incumbent, tasks=[t] * len(cands))
@@ -276,41 +294,12 @@ class TuningSession:
             res.measure_s += measure_s
             t0 = time.perf_counter()
             ctx.notify_runner_results(cands, results)
-            ok_c, ok_r, measured = [], [], []
-            for c, r in zip(cands, results):
-                secs = list(r.run_secs) if r.run_secs is not None else None
-                if secs is None:
-                    if (r.error_msg or "").startswith("build"):
-                        res.build_errors += 1
-                    else:
-                        res.run_errors += 1
-                    res.errors.append(_short(r.error_msg))
-                    st.fail_streak += 1
-                else:
-                    st.fail_streak = 0
-                    ok_c.append(c)
-                    ok_r.append(r)
-                    res.repeats += len(secs)
-                    res.repeats_saved += max(0, self.measure.repeat_cap - len(secs))
-                    why = why_stopped(self.measure, [float(x) for x in secs], incumbent)
-                    res.stops[why] = res.stops.get(why, 0) + 1
-                    measured.append({"repeats": len(secs), "stop": why, "mean_s": mean_secs(secs)})
-                self.db.commit(t.key, ms.database.TuningRecord(
-                    c.sch.trace, workload, secs if secs is not None else [FAILED], self.target, c.args_info))
-            if measured:  # per candidate: repeats used and why the evaluator stopped
-                self._measurements.append({"task": t.key, "incumbent_s": _finite_or_none(incumbent),
-                                           "candidates": measured})
-            if ok_c:
-                self.cost_model.update(ctx, ok_c, ok_r)
-            res.trials += len(cands)
+            batch = Batch(t, st, ctx, cands, results, incumbent, res)
+            for callback in self.batch_callbacks:
+                callback.apply(self, batch)
             res.search_s += time.perf_counter() - t0
             batch_s = time.perf_counter() - b0
-            if st.fail_streak >= RETIRE_AFTER_FAILED_BATCHES * self.search.trials_per_iter:
-                # every candidate of the last batches (in this slot or earlier ones) failed: retire the task
-                st.exhausted = True
-                st.note = res.note = (f"retired: the last {st.fail_streak} candidates failed to build or run "
-                                      f"({res.errors[-1]})")
-                res.exhausted = True
+            if res.exhausted:
                 break
         res.wall_s = time.perf_counter() - start
         res.best_after_s = self.best_latency(i)
@@ -376,7 +365,7 @@ class TuningSession:
         self.runner.close()
 
     def close(self) -> None:
-        self._measurements.close()
+        self.measurement_log.close()
         for ctx in self._contexts.values():
             try:
                 ctx.post_tuning()
@@ -401,13 +390,3 @@ def default_schedule(mod, target):
 
 def _finite_or_none(x: float):
     return x if math.isfinite(x) else None
-
-
-def _short(msg) -> str:
-    """One line for an error message: its first line, and its last when that says more (a runner's
-    ``LocalRunner: An exception occurred`` is followed by the worker's traceback, whose last line is the cause)."""
-    lines = [ln.strip() for ln in str(msg or "").strip().splitlines() if ln.strip()]
-    if not lines:
-        return "unknown error"
-    text = lines[0] if len(lines) == 1 else f"{lines[0].rstrip(':')}: {lines[-1]}"
-    return text[:200]

@@ -113,11 +113,13 @@ class Tuner:
         views = []
         for t in self.tasks:
             st = self.session.state(t.index)
-            default = st.default_s if st.default_s is not None and math.isfinite(st.default_s) else math.inf
+            best = self.session.best_latency(t.index)
+            # a task whose default schedule failed starts, for the scheduler, at its first working schedule
+            default = st.default_s if st.default_s is not None and math.isfinite(st.default_s) else best
             hist = [(h[0], h[1], h[2] if h[2] is not None else default) for h in st.history]
             views.append(TaskView(t.index, t.name, t.key, t.weight, t.flops,
                                   default if math.isfinite(default) else 0.0, hist,
-                                  st.exhausted or not math.isfinite(default)))
+                                  self.session.retirement.is_retired(st, best)))
         return RoundContext(views, self.rounds_done, self.slot_s, self.elapsed_s, self.budget_s)
 
     def remaining_s(self) -> float:

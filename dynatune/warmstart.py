@@ -32,17 +32,13 @@ def warm_start(session, sources: list[str]) -> dict:
             report["sources"].append({"path": src, "skipped": "already imported"})
             continue
         other = TuningDatabase(db_dir, read_only=True)
-        n = session.db.import_records(other, keys & set(other.keys()))
+        n = session.import_records(other, keys & set(other.keys()))
         states = _states(os.path.join(src, "session.json"))
         # matched: tuned there (records), or only measured there (its untuned latency is still valid)
         common = keys & (set(other.keys()) | set(states))
         for key in common:
-            st, old = session.states[key], states.get(key)
-            if old and not st.history:
-                st.history = [list(h) for h in old.get("history", [])]
-                st.seconds, st.trials = old.get("seconds", 0.0), old.get("trials", 0)
-                if st.default_s is None:
-                    st.default_s = old.get("default_s")
+            if states.get(key):
+                session.adopt_progress(key, states[key])
         matched |= common
         done[src] = {"records": n, "tasks": len(common)}
         report["sources"].append({"path": src, "records": n, "tasks": len(common)})

@@ -21,18 +21,18 @@ import time
 
 import pytest
 
+import faults
 from helpers import ROOT, make_tiny_onnx
 
 pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
 FAILED = 1e10
-FAULT_VARS = ("DYNATUNE_FAULT_BUILD", "DYNATUNE_FAULT_RUN")
 
 
 # -- helpers ------------------------------------------------------------------------------------------
 def _env(home) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=str(home / ".prefect"))
-    for k in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "DYNATUNE_DEBUG", *FAULT_VARS):
+    for k in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "DYNATUNE_DEBUG"):
         env.pop(k, None)
     return env
 
@@ -263,8 +263,6 @@ def tiny(runs, cpu_target, tmp_path_factory):
     from dynatune.session import SearchConfig, TuningSession
     from dynatune.tasks import extract_tasks
 
-    for k in FAULT_VARS:
-        assert k not in os.environ
     model = load_model(runs["model"])
     tasks = extract_tasks(model, cpu_target)
     wd = tmp_path_factory.mktemp("measured")
@@ -277,14 +275,19 @@ def tiny(runs, cpu_target, tmp_path_factory):
     return model, tasks, wd
 
 
-def _session(tiny, cpu_target, wd, trials_per_iter=4, timeout_s=30.0):
-    from dynatune.measure import MeasureConfig
+def _session(tiny, cpu_target, wd, trials_per_iter=4, timeout_s=30.0, build_fn=None, evaluator=None):
+    """A session on the tiny model, with failing collaborators injected (``tests/faults.py``) if given."""
+    from dynatune.builder import PersistentBuilder
+    from dynatune.measure import MeasureConfig, make_runner
     from dynatune.session import SearchConfig, TuningSession
 
+    faults.register()
     shutil.copytree(tiny[2], wd)
+    measure = MeasureConfig(repeat=3, min_repeat_ms=5, timeout_s=timeout_s)
+    builder = PersistentBuilder(2, timeout_sec=15, build_fn=build_fn) if build_fn else None
     return TuningSession(tiny[1], cpu_target, str(wd),
-                         search=SearchConfig(trials_per_iter=trials_per_iter, population_size=32),
-                         measure=MeasureConfig(repeat=3, min_repeat_ms=5, timeout_s=timeout_s))
+                         search=SearchConfig(trials_per_iter=trials_per_iter, population_size=32), measure=measure,
+                         builder=builder, runner=make_runner(measure, cpu_target, evaluator))
 
 
 def _records(wd, key) -> list:
@@ -299,9 +302,9 @@ def test_build_failures_are_recorded_and_a_task_that_never_builds_is_retired(tin
 
     model, tasks, _ = tiny
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("DYNATUNE_FAULT_BUILD", "all")  # inherited by the builder's worker processes
     wd = tmp_path / "work"
-    session = _session(tiny, cpu_target, wd, trials_per_iter=2)  # retired after 3 batches: 6 candidates
+    session = _session(tiny, cpu_target, wd, trials_per_iter=2,  # retired after 3 batches: 6 candidates
+                       build_fn=faults.failing_build)
     tuner = Tuner(session, "dynatune", budget_s=120, slot_s=20)
     try:
         rec = tuner.step()  # every candidate fails to build: the task is retired within the slot
@@ -333,8 +336,7 @@ def test_run_rounds_stops_when_every_task_is_retired(tiny, cpu_target, tmp_path,
     """The benches' round loop: one curve point and one callback per round, and it ends by itself."""
     from dynatune.tuner import Tuner
 
-    monkeypatch.setenv("DYNATUNE_FAULT_BUILD", "all")
-    session = _session(tiny, cpu_target, tmp_path / "work", trials_per_iter=2)
+    session = _session(tiny, cpu_target, tmp_path / "work", trials_per_iter=2, build_fn=faults.failing_build)
     tuner = Tuner(session, "round_robin", budget_s=600, slot_s=20)
     seen = []
     try:
@@ -349,27 +351,29 @@ def test_run_rounds_stops_when_every_task_is_retired(tiny, cpu_target, tmp_path,
 def test_crashing_and_hanging_workers_are_errors_and_get_restarted(tiny, cpu_target, tmp_path, monkeypatch):
     """A build worker that dies, a runner that crashes, a runner that hangs past measure.timeout_s: each
     candidate is an error record, the slot goes on, and the next candidates get fresh workers."""
+    from dynatune.builder import build_and_export
+    from dynatune.measure import adaptive_evaluator
+
     tasks = tiny[1]
-    monkeypatch.setenv("DYNATUNE_FAULT_BUILD", "crash")
-    monkeypatch.setenv("DYNATUNE_FAULT_RUN", "crash")  # the runner's worker starts with the session
     wd = tmp_path / "work"
-    s = _session(tiny, cpu_target, wd, trials_per_iter=1, timeout_s=3)  # one candidate per batch
+    s = _session(tiny, cpu_target, wd, trials_per_iter=1, timeout_s=3,  # one candidate per batch
+                 build_fn=faults.dying_build, evaluator=faults.dying_evaluator)
     try:
         r1 = s.tune(0, trials=1)  # 1. the build worker dies
         assert r1.trials == 1 and r1.build_errors == 1 and not r1.exhausted
         assert all("build failed" in e and "Subprocess terminated" in e for e in r1.errors), r1.errors
-        monkeypatch.delenv("DYNATUNE_FAULT_BUILD")
+        s.builder.build_fn = build_and_export
         runner = next(iter(s.runner.inner.pool._worker_map.values()))._proc  # the runner's worker process
         r2 = s.tune(1, trials=1)  # 2. builds work again (a new build worker); the runner crashes
         assert r2.build_errors == 0 and r2.run_errors == 1, r2.errors
         assert all("Subprocess terminated" in e for e in r2.errors), r2.errors
         assert runner.poll() is not None  # that worker is dead
-        monkeypatch.setenv("DYNATUNE_FAULT_RUN", "hang")
+        s.runner.evaluator = faults.hanging_evaluator
         t0 = time.perf_counter()
         r3 = s.tune(0, trials=1)  # 3. the runner hangs: killed after measure.timeout_s
         assert r3.run_errors == 1 and all("Timeout, killed after 3" in e for e in r3.errors), r3.errors
         assert 3 <= time.perf_counter() - t0 < 60
-        monkeypatch.delenv("DYNATUNE_FAULT_RUN")
+        s.runner.evaluator = adaptive_evaluator
         r4 = s.tune(1, trials=1)  # 4. fresh workers: the candidate builds and runs
         assert r4.build_errors == r4.run_errors == 0 and r4.repeats == 3 and math.isfinite(r4.best_after_s)
         assert not s.state(0).exhausted and not s.state(1).exhausted and s.state(1).fail_streak == 0
