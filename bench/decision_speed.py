@@ -13,12 +13,12 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from dynatune.replay import timed_pick  # noqa: E402
 from dynatune.schedulers import make_scheduler  # noqa: E402
 from dynatune.schedulers.base import RoundContext, TaskView  # noqa: E402
 
@@ -56,10 +56,8 @@ def main() -> None:
     sched = make_scheduler(args.scheduler)
     times = []
     for r in range(args.rounds):
-        ctx = RoundContext(tasks, r, args.slot, sum(t.seconds for t in tasks))
-        t0 = time.perf_counter()
-        i = sched.pick(ctx)
-        times.append(time.perf_counter() - t0)
+        i, dt = timed_pick(sched, RoundContext(tasks, r, args.slot, sum(t.seconds for t in tasks)))
+        times.append(dt)
         if i is None:
             break
         t = tasks[i]

@@ -334,18 +334,8 @@ def _custom_checks(c: Checker) -> dict:
             return {}
         if not isinstance(v, dict):
             return c.fail(path, f"must be a mapping of string to string, got {_describe(v)}")
-        out, bad = {}, False
-        for k, x in v.items():
-            if not isinstance(k, str):
-                c.fail(path, f"tag names must be strings, got {_describe(k)}")
-                bad = True
-                continue
-            if not isinstance(x, str):
-                c.fail(_join(path, k), f"must be a string, got {_describe(x)} (quote it)")
-                bad = True
-                continue
-            out[k] = x
-        return BAD if bad else out
+        return c.items(v, path, "tag names", lambda x, p: x if isinstance(x, str) else
+                       c.fail(p, f"must be a string, got {_describe(x)} (quote it)"))
 
     def paths(v, path):
         if v is None:

@@ -107,6 +107,13 @@ def running_bests(row: dict) -> list[float]:
     return run
 
 
+def timed_pick(scheduler, ctx) -> tuple[int | None, float]:
+    """The scheduler's pick for ``ctx`` and the seconds it took to decide."""
+    t0 = time.perf_counter()
+    i = scheduler.pick(ctx)
+    return i, time.perf_counter() - t0
+
+
 def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end: bool | None = None,
            stop_at: float | None = None, stop_after_s: float = 0.0) -> ReplayResult:
     """Replay ``scheduler`` on ``traces`` for ``budget_s`` seconds of slots of ``slot_s`` seconds.
@@ -142,10 +149,8 @@ def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end:
     while elapsed < budget_s - 1e-9:
         if stop_at is not None and curve[-1][1] <= stop_at and elapsed >= stop_after_s - 1e-9:
             break
-        ctx = RoundContext(tasks, rnd, slot_s, elapsed, budget_s)
-        t0 = time.perf_counter()
-        i = scheduler.pick(ctx)
-        dts.append(time.perf_counter() - t0)
+        i, dt = timed_pick(scheduler, RoundContext(tasks, rnd, slot_s, elapsed, budget_s))
+        dts.append(dt)
         if i is None:
             break
         start = spent[i]

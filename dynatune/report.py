@@ -191,11 +191,15 @@ def convergence_plot(curves: dict[str, list[tuple[float, float]]], path: str, ti
         ax.set_ylabel("estimated model latency (ms)")
         ax.set_title(title or "convergence")
         ax.grid(True, which="both", alpha=0.3)
-        fig.tight_layout()
-        _ensure_dir(path)
-        fig.savefig(path, format="png")
+        return _save(fig, path)
     finally:
         plt.close(fig)
+
+
+def _save(fig, path: str) -> str:
+    fig.tight_layout()
+    _ensure_dir(path)
+    fig.savefig(path, format="png")
     return path
 
 
@@ -277,12 +281,9 @@ def belief_plot(tasks: list[dict], path: str, top: int = 8) -> str:
             ax.set_axis_off()
         if chosen:
             flat[0].legend(fontsize=6, loc="upper right")
-        fig.tight_layout()
-        _ensure_dir(path)
-        fig.savefig(path, format="png")
+        return _save(fig, path)
     finally:
         plt.close(fig)
-    return path
 
 
 # -- text tables ----------------------------------------------------------------------------------

@@ -143,17 +143,21 @@ class Checker:
             if isinstance(v, list):
                 out = [self.plain(x, f"{path}[{i}]", stack) for i, x in enumerate(v)]
                 return BAD if any(x is BAD for x in out) else out
-            res, bad = {}, False
-            for k, x in v.items():
-                if not isinstance(k, str):
-                    self.fail(path, f"keys must be strings, got {_describe(k)}")
-                    bad = True
-                    continue
-                y = self.plain(x, _join(path, k), stack)
-                bad |= y is BAD
-                res[k] = y
-            return BAD if bad else res
+            return self.items(v, path, "keys", lambda x, p: self.plain(x, p, stack))
         return self.fail(path, f"must be plain data (string, number, bool, null, list, mapping), got {_describe(v)}")
+
+    def items(self, v: dict, path, what_keys: str, check):
+        """Each value of mapping ``v`` checked by ``check(value, path)``; keys must be strings."""
+        res, bad = {}, False
+        for k, x in v.items():
+            if not isinstance(k, str):
+                self.fail(path, f"{what_keys} must be strings, got {_describe(k)}")
+                bad = True
+                continue
+            y = check(x, _join(path, k))
+            bad |= y is BAD
+            res[k] = y
+        return BAD if bad else res
 
     def mapping(self, v, path, fields: dict, nullable_section=True):
         """Check a section: known keys only; returns {key: checked value} for the keys present."""
