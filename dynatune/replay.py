@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from .errors import DynatuneError
 from .schedulers import make_scheduler
-from .schedulers.base import RoundContext, TaskView
+from .schedulers.base import RoundContext, TaskView, running_best
 
 TRACE_DIR = os.path.join(os.path.dirname(__file__), "data", "traces")
 BENCH_SCHEDULERS = ("dynatune", "gradient", "round_robin", "greedy", "random")
@@ -98,13 +98,7 @@ def _ends_early(traces, row) -> bool:
 
 def running_bests(row: dict) -> list[float]:
     """Best latency after each point of a task's trace (running minimum from its ``default_s``)."""
-    run, b = [], float(row["default_s"])
-    for p in row["trace"]:
-        v = float(p[2]) if p[2] is not None else math.inf
-        if math.isfinite(v) and v > 0:
-            b = min(b, v)
-        run.append(b)
-    return run
+    return running_best(float(row["default_s"]), [None if p[2] is None else float(p[2]) for p in row["trace"]])
 
 
 def timed_pick(scheduler, ctx) -> tuple[int | None, float]:

@@ -11,6 +11,17 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 
+def running_best(start: float, values) -> list[float]:
+    """The best latency so far after each of ``values``, from ``start`` (the untuned default). A value that
+    is None, not finite or not positive measured nothing; a finite value beats an infinite start."""
+    out, best = [], start
+    for v in values:
+        if v is not None and math.isfinite(v) and v > 0 and (v < best or not math.isfinite(best)):
+            best = v
+        out.append(best)
+    return out
+
+
 @dataclass
 class TaskView:
     """What a scheduler may know about one task."""
@@ -26,11 +37,7 @@ class TaskView:
 
     @property
     def best_s(self) -> float:
-        best = self.default_s
-        for _, _, b in self.history:
-            if b is not None and b < best:
-                best = b
-        return best
+        return (running_best(self.default_s, [h[2] for h in self.history]) or [self.default_s])[-1]
 
     @property
     def seconds(self) -> float:

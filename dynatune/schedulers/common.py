@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 
 from ..errors import DynatuneError
-from .base import Scheduler
+from .base import Scheduler, running_best
 
 
 class ParamScheduler(Scheduler):
@@ -26,9 +25,4 @@ class ParamScheduler(Scheduler):
 
 def best_history(task) -> list[float]:
     """Best latency after each slot of ``task`` (running minimum, starting from the untuned default)."""
-    out, best = [], task.default_s
-    for _, _, b in task.history:
-        if b is not None and math.isfinite(b) and b > 0 and (b < best or not math.isfinite(best)):
-            best = b
-        out.append(best)
-    return out
+    return running_best(task.default_s, [h[2] for h in task.history])
