@@ -168,12 +168,13 @@ def cmd_compile(args) -> int:
     with WorkDirLock(args.work_dir):
         model = load_model(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
         target = make_target(cfg.target)
-        tasks, _ = cached_extract(model, target, os.path.join(args.work_dir, "cache"))
+        tasks, _ = cached_extract(model, target, os.path.join(args.work_dir, "cache"), cfg.compile.prepack)
         session = TuningSession(tasks, target, args.work_dir, search=cfg.search_config(), measure=cfg.measure_config())
         try:
             rep = compile_and_verify(model, target, session.compile_database(),
                                      args.output or os.path.join(args.work_dir, "model.so"),
-                                     threads=usable_cores(), rel_tol=cfg.compile.rel_tol)
+                                     threads=usable_cores(), rel_tol=cfg.compile.rel_tol,
+                                     prepack=cfg.compile.prepack)
             out = rep.as_dict() | {"estimated_latency_ms": session.estimated_latency() * 1e3}
         finally:
             session.close()

@@ -94,6 +94,7 @@ class CompileSection:
     rel_tol: float = 1e-4
     measure_untuned: bool = True
     measure_onnxruntime: bool = True
+    prepack: bool = True  # CPU targets: tuned conv/dense/matmul kernels choose their weight layout
 
 
 @dataclass
@@ -562,6 +563,7 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
             "rel_tol": lambda v, p: N(v, p, gt=0),
             "measure_untuned": B,
             "measure_onnxruntime": B,
+            "prepack": B,
         },
         "work_dir": lambda v, p: S(v, p),
         "tracking": {

@@ -20,9 +20,9 @@ def import_model(cfg):
 
 @task(name="extract-tasks", cache_policy=NO_CACHE)
 def extract(model, cfg):
-    """Weighted tasks, cached on (model content hash, shapes, target) in <work_dir>/cache."""
+    """Weighted tasks, cached on (model content hash, shapes, target, prepack) in <work_dir>/cache."""
     target = make_target(cfg.target)
-    tasks, hit = cached_extract(model, target, os.path.join(cfg.work_dir, "cache"))
+    tasks, hit = cached_extract(model, target, os.path.join(cfg.work_dir, "cache"), cfg.compile.prepack)
     return target, tasks, hit
 
 
@@ -46,4 +46,4 @@ def compile_verify(model, target, session, cfg, artifact: str):
 
     return compile_and_verify(model, target, session.compile_database(), artifact, threads=usable_cores(),
                               rel_tol=cfg.compile.rel_tol, measure_untuned=cfg.compile.measure_untuned,
-                              measure_onnxruntime=cfg.compile.measure_onnxruntime)
+                              measure_onnxruntime=cfg.compile.measure_onnxruntime, prepack=cfg.compile.prepack)
