@@ -2,7 +2,8 @@
 
 Extraction (fusing the whole model and collecting its TIR functions) takes seconds to tens of seconds
 (DenseNet-121: ~25 s); re-running a config, resuming, or tuning a model whose file did not change reads
-the tasks back from ``<work_dir>/cache/`` instead.
+the tasks back from ``<work_dir>/cache/`` instead. Whether weights are prepacked is part of the key (it
+changes the tasks' keys); version 2 is the first with it.
 """
 
 from __future__ import annotations
@@ -12,22 +13,22 @@ import json
 import os
 
 from .files import atomic_write_json
-from .tasks import Task, extract_tasks
+from .tasks import Task, extract_tasks, uses_prepack
 
-VERSION = 1
+VERSION = 2
 
 
-def cache_key(model, target) -> str:
+def cache_key(model, target, prepack: bool = True) -> str:
     shapes = json.dumps(sorted((i.name, list(i.shape), i.dtype) for i in model.inputs))
-    raw = f"{VERSION}|{model.sha256}|{shapes}|{target}"
+    raw = f"{VERSION}|{model.sha256}|{shapes}|{target}|prepack={uses_prepack(target, prepack)}"
     return hashlib.sha256(raw.encode()).hexdigest()[:20]
 
 
-def cached_extract(model, target, cache_dir: str) -> tuple[list[Task], bool]:
+def cached_extract(model, target, cache_dir: str, prepack: bool = True) -> tuple[list[Task], bool]:
     """Tasks of ``model`` for ``target``; ``(tasks, hit)`` where hit says they came from the cache."""
     import tvm
 
-    path = os.path.join(cache_dir, f"tasks-{cache_key(model, target)}.json")
+    path = os.path.join(cache_dir, f"tasks-{cache_key(model, target, prepack)}.json")
     if os.path.exists(path):
         try:
             with open(path) as f:
@@ -37,7 +38,7 @@ def cached_extract(model, target, cache_dir: str) -> tuple[list[Task], bool]:
             return tasks, True
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache file: extract again
-    tasks = extract_tasks(model, target)
+    tasks = extract_tasks(model, target, prepack)
     os.makedirs(cache_dir, exist_ok=True)
     atomic_write_json(path, {"model": model.name, "sha256": model.sha256,
                              "tasks": [{**t.as_dict(), "mod": tvm.ir.save_json(t.mod)} for t in tasks]})

@@ -7,6 +7,14 @@ fail above ``rel_tol``, 1e-4 by default). Every report also carries the untuned 
 Runtime's latency with the same thread count, so a run always says where it stands. The compiled model and
 ONNX Runtime are timed side by side (:mod:`dynatune.timing`: alternating blocks in this process), so their
 ratio holds even when the machine's speed drifts.
+
+
+Prepacked weights (CPU targets, ``compile.prepack``, on by default): a tuned conv2d/dense/matmul may read
+its weight in a layout of its own choosing (MetaSchedule's ``RewriteLayout``). The compiler splits each
+such kernel into a packing function and a ``*_prepacked`` kernel (``SplitLayoutRewritePreproc``), and,
+as the model's weights are bound constants, folds the packing away (``FoldConstant``): the artifact
+holds the packed weights, packs nothing per inference, and ``vm["main"](*inputs)`` is called exactly as
+without prepacking (no ``transform_params`` call).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .errors import DynatuneError
-from .tasks import backend_passes, fuse_passes
+from .tasks import backend_passes, fuse_passes, uses_prepack
 from .timing import time_side_by_side
 
 
@@ -53,20 +61,26 @@ class CompileReport:
         return asdict(self)
 
 
-def build(model, target, database=None):
-    """Relax executable for ``model``: tuned functions from ``database``, the rest default-scheduled."""
+def build(model, target, database=None, prepack: bool = True):
+    """Relax executable for ``model``: tuned functions from ``database``, the rest default-scheduled.
+
+    ``prepack`` must be what the tasks were extracted with (:func:`dynatune.tasks.extract_tasks`).
+    """
     import tvm
     from tvm import relax
     from tvm.relax import pipeline as rp
     from tvm.relax.transform import MetaScheduleApplyDatabase
 
     is_gpu = rp.BackendDispatcher.is_gpu_target(target)
+    prepack = uses_prepack(target, prepack)
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):
-        mod = tvm.transform.Sequential(fuse_passes(target))(mod)
+        mod = tvm.transform.Sequential(fuse_passes(target, prepack))(mod)
         if database is not None:
             mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        if prepack:
+            mod = tvm.transform.Sequential(weight_prepack_passes())(mod)
         if is_gpu:
             mod = gpu_default_schedule()(mod)
         return tvm.transform.Sequential(backend_passes(target, "dataflow_lower_passes")
@@ -78,6 +92,21 @@ def build(model, target, database=None):
     with target, database if database is not None else contextlib.nullcontext(), \
             tvm.transform.PassContext(opt_level=3):
         return relax.build(mod, target=target, relax_pipeline=pipeline)
+
+
+def weight_prepack_passes() -> list:
+    """After the tuned schedules are applied: move each kernel's weight-layout rewrite into a function of
+    its own (``<kernel>_weight_prepack``, leaving ``<kernel>_prepacked``) and run it at compile time.
+
+    ``relax.get_pipeline("static_shape_tuning", cpu_weight_prepack=True)`` also runs
+    ``LiftTransformParams``, which lifts the packing of weights passed as *parameters* into a
+    ``main_transform_params`` the user must call. dynatune binds the weights as constants, so there is
+    nothing to lift (the pass would only add an empty ``main_transform_params``): ``FoldConstant``
+    evaluates the packing calls instead, and the artifact stores the packed weights.
+    """
+    from tvm import relax
+
+    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
 
 
 def gpu_default_schedule():
@@ -182,13 +211,13 @@ def compare(outputs, reference, rel_tol: float = 1e-4) -> VerifyResult:
 
 def compile_and_verify(model, target, database, artifact_path: str, *, threads: int, rel_tol: float = 1e-4,
                        measure_untuned: bool = True, measure_onnxruntime: bool = True, seed: int = 0,
-                       repeat: int = 10) -> CompileReport:
+                       repeat: int = 10, prepack: bool = True) -> CompileReport:
     import tvm
 
     from .target import target_device
 
     t0 = time.perf_counter()
-    ex = build(model, target, database)
+    ex = build(model, target, database, prepack)
     export(ex, artifact_path)
     compile_s = time.perf_counter() - t0
     dev = tvm.device(target_device(target), 0)
@@ -207,7 +236,7 @@ def compile_and_verify(model, target, database, artifact_path: str, *, threads: 
         (lat, std), ort_ms = time_vm(vm, model, inputs, dev, repeat=repeat), None
     untuned = None
     if measure_untuned:
-        vm0 = relax_vm(build(model, target, None), dev)
+        vm0 = relax_vm(build(model, target, None, prepack), dev)
         untuned = time_vm(vm0, model, inputs, dev, repeat=max(3, repeat // 3))[0]
     return CompileReport(artifact=os.path.abspath(artifact_path), latency_ms=lat, latency_std_ms=std,
                          untuned_latency_ms=untuned, onnxruntime_latency_ms=ort_ms,

@@ -74,6 +74,7 @@ class CompileSection:
     measure_untuned: bool = True
     measure_onnxruntime: bool = True
     profile: bool = True  # per-kernel profile of the final model (report/profile.json, profile.md)
+    prepack: bool = True  # CPU targets: tuned conv/dense/matmul kernels choose their weight layout
 
 
 @dataclass

@@ -155,7 +155,7 @@ class TuningDatabase:
     def commit(self, key: str, record) -> None:
         """Add a record to memory and to disk; returns only once it is on disk."""
         self.memory.commit_tuning_record(record)
-        rec_json = record.as_json()
+        rec_json = record_json(record)
         if not self.read_only:
             self._rec_writer.append({"key": key, "record": rec_json})
         self._note(key, rec_json)
@@ -192,6 +192,34 @@ class TuningDatabase:
             self.commit(key, ms.database.TuningRecord.from_json(line["record"], wl))
             n += 1
         return n
+
+
+def record_json(record):
+    """A tuning record as plain JSON, as MetaSchedule's own JSON database writes it.
+
+    ``TuningRecord.as_json`` fails on a trace that rewrote a weight layout (``TransformLayout`` takes an
+    ``IndexMap``); such objects are written as TVM's JSON string of the object, which
+    ``TuningRecord.from_json`` reads back.
+    """
+    from tvm.s_tir.meta_schedule import _ffi_api
+
+    return _tvm_to_plain(_ffi_api.TuningRecordAsJSON(record))
+
+
+def _tvm_to_plain(obj):
+    import tvm
+    from tvm.tirx import FloatImm, IntImm
+    from tvm_ffi import Array, Map
+
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (IntImm, FloatImm)):
+        return obj.value
+    if isinstance(obj, (Array, list, tuple)):
+        return [_tvm_to_plain(x) for x in obj]
+    if isinstance(obj, Map):
+        return {_tvm_to_plain(k): _tvm_to_plain(v) for k, v in obj.items()}
+    return tvm.ir.save_json(obj)
 
 
 def _plain(x):

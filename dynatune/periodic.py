@@ -27,6 +27,7 @@ def interval_s(every_s: float | None, budget_s: float) -> float:
 class PeriodicMeasurement:
     def __init__(self, cfg, model, target, tuner, rounds: int = 3):
         self.every_s = interval_s(cfg.measure_every_s, cfg.budget_s)
+        self.prepack = cfg.compile.prepack
         self.model = model
         self.target = target
         self.tuner = tuner
@@ -52,7 +53,7 @@ class PeriodicMeasurement:
         t0 = time.perf_counter()
         session = self.tuner.session
         dev = tvm.device(target_device(self.target), 0)
-        vm = relax_vm(build(self.model, self.target, session.compile_database()), dev)
+        vm = relax_vm(build(self.model, self.target, session.compile_database(), self.prepack), dev)
         inputs = self.model.random_inputs(0)
         if self._ort is None:
             self._ort = onnxruntime_session(self.model, usable_cores())

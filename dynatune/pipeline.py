@@ -45,7 +45,7 @@ def extract(model, cfg):
     from .target import make_target
 
     target = make_target(cfg.target)
-    tasks, hit = cached_extract(model, target, os.path.join(cfg.work_dir, "cache"))
+    tasks, hit = cached_extract(model, target, os.path.join(cfg.work_dir, "cache"), cfg.compile.prepack)
     return target, tasks, hit
 
 
@@ -66,7 +66,7 @@ def compile_verify(model, target, database, cfg, artifact: str):
 
     return compile_and_verify(model, target, database, artifact, threads=usable_cores(),
                               rel_tol=cfg.compile.rel_tol, measure_untuned=cfg.compile.measure_untuned,
-                              measure_onnxruntime=cfg.compile.measure_onnxruntime)
+                              measure_onnxruntime=cfg.compile.measure_onnxruntime, prepack=cfg.compile.prepack)
 
 
 @dataclass

@@ -3,6 +3,15 @@
 A task is one fused TIR function. Its *weight* is how many call sites the model has for it, its *key* is
 the structural hash of its PrimFunc (so the same operator is recognised in another model or another
 version of this one), and its FLOPs come from TVM's static estimate.
+
+Weight prepacking (CPU targets, on by default): every task is marked with the indices of its arguments
+that are model weights (``layout_free_buffers``, by ``relax.transform.AttachAttrLayoutFreeBuffers``), so
+MetaSchedule's ``RewriteLayout`` postprocessor lets a tuned conv2d/dense/matmul schedule pick the weight
+layout it reads best; the compiler then repacks the weights once at compile time (see
+:func:`dynatune.compile.build`). The attribute is part of the PrimFunc, hence of the key: a model tuned
+with prepacking and one tuned without have different keys for the same operator. The pass also renames
+the functions it marks (``fused_conv2d_add_relu`` becomes ``fused_conv2d_add_relu1``). GPU targets never
+prepack: MetaSchedule's CUDA postprocessors have no ``RewriteLayout``, and it is not verified there.
 """
 
 from __future__ import annotations
@@ -24,16 +33,24 @@ class Task:
                 "flops": self.flops}
 
 
-def fuse_passes(target):
+def uses_prepack(target, prepack: bool = True) -> bool:
+    """Whether weights are prepacked for ``target``: as asked on CPU targets, never on GPU targets."""
+    from tvm.relax.pipeline import BackendDispatcher
+
+    return bool(prepack) and not BackendDispatcher.is_gpu_target(target)
+
+
+def fuse_passes(target, prepack: bool = True):
     """The passes that turn the bound Relax module into fused TIR tasks.
 
     Extraction and compilation both use exactly this list, so a task's key in the tuning database always
     matches the function the compiler looks up. Batch norm is decomposed and folded into the preceding
-    convolution's epilogue first, so it costs no task of its own.
+    convolution's epilogue first, so it costs no task of its own. With ``prepack`` (and a CPU target) the
+    fused functions carry their layout-free (weight) arguments.
     """
     from tvm import relax
 
-    return backend_passes(target, "library_dispatch_passes") + [
+    passes = backend_passes(target, "library_dispatch_passes") + [
         relax.transform.DecomposeOpsForInference(),
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
@@ -41,6 +58,10 @@ def fuse_passes(target):
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
     ]
+    if uses_prepack(target, prepack):
+        # weights must be visible as constants at the call sites (the pass recommends canonical bindings)
+        passes += [relax.transform.CanonicalizeBindings(), relax.transform.AttachAttrLayoutFreeBuffers()]
+    return passes
 
 
 def backend_passes(target, name: str) -> list:
@@ -64,11 +85,11 @@ def backend_passes(target, name: str) -> list:
     return []
 
 
-def fuse(bound_mod, target):
+def fuse(bound_mod, target, prepack: bool = True):
     import tvm
 
     with target, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(fuse_passes(target))(bound_mod)
+        return tvm.transform.Sequential(fuse_passes(target, prepack))(bound_mod)
 
 
 def task_key(mod) -> str:
@@ -77,12 +98,15 @@ def task_key(mod) -> str:
     return f"{structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-def extract_tasks(model, target) -> list[Task]:
-    """Every tunable task of ``model`` for ``target``, heaviest (weight x FLOPs) first."""
+def extract_tasks(model, target, prepack: bool = True) -> list[Task]:
+    """Every tunable task of ``model`` for ``target``, heaviest (weight x FLOPs) first.
+
+    ``prepack`` must be what the compiler is given (:func:`dynatune.compile.build`), or no key matches.
+    """
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    fused = fuse(model.bound_module(), target)
+    fused = fuse(model.bound_module(), target, prepack)
     extracted = ms.relax_integration.extract_tasks(fused, target, module_equality="structural")
     tasks = []
     for ex in extracted:

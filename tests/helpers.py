@@ -119,3 +119,27 @@ def make_embedding_onnx(path: str, vocab: int = 50, dim: int = 8, tokens: int = 
     model.ir_version = 8
     onnx.save(model, path)
     return path
+
+
+def run_in_plain_tvm(model, artifact: str, tmp_path, extra_check: str = ""):
+    """Run an exported artifact as its user would: a fresh process with plain TVM (no dynatune importable),
+    ``vm["main"](x)`` on the model's random input; ``extra_check`` is more Python run there (``vm`` is
+    defined). Returns the comparison of its output with ONNX Runtime's."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from dynatune.compile import compare, onnxruntime_outputs
+
+    x = model.random_inputs(0)[model.inputs[0].name]
+    np.save(tmp_path / "x.npy", x)
+    code = ("import sys, numpy as np, tvm; from tvm import relax;"
+            "vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu());"
+            "y = vm['main'](tvm.runtime.tensor(np.load(sys.argv[2]))); np.save(sys.argv[3], y.numpy());"
+            "assert 'dynatune' not in sys.modules;" + extra_check)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-c", code, artifact, str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                   check=True, env=env, cwd=str(tmp_path))
+    _, ref = onnxruntime_outputs(model, {model.inputs[0].name: x}, 2)
+    return compare([np.load(tmp_path / "y.npy")], ref)

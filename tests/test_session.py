@@ -14,7 +14,7 @@ from dynatune.model import load_model
 from dynatune.session import SearchConfig, TuningSession
 from dynatune.tasks import extract_tasks
 
-from helpers import randomized_light_model
+from helpers import randomized_light_model, run_in_plain_tvm
 
 pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
@@ -70,27 +70,11 @@ def test_two_sessions_resume_compile_and_verify(squeezenet, cpu_target, tmp_path
 
 def test_artifact_runs_without_dynatune(squeezenet, cpu_target, tmp_path):
     """The exported library loads and runs in a plain TVM process that never imports dynatune."""
-    import subprocess
-    import sys
-
     from dynatune.compile import build, export
 
     model, _ = squeezenet
     path = export(build(model, cpu_target, None), str(tmp_path / "plain.so"))
-    x = model.random_inputs(0)[model.inputs[0].name]
-    np.save(tmp_path / "x.npy", x)
-    code = ("import sys, numpy as np, tvm; from tvm import relax;"
-            "vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu());"
-            "y = vm['main'](tvm.runtime.tensor(np.load(sys.argv[2]))); np.save(sys.argv[3], y.numpy());"
-            "assert 'dynatune' not in sys.modules")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, "-c", code, path, str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
-                   check=True, env=env, cwd=str(tmp_path))
-    y = np.load(tmp_path / "y.npy")
-    from dynatune.compile import onnxruntime_outputs
-
-    _, ref = onnxruntime_outputs(model, {model.inputs[0].name: x}, 2)
-    assert compare([y], ref).ok
+    assert run_in_plain_tvm(model, path, tmp_path).ok
 
 
 def test_compare_flags_wrong_outputs():
