@@ -91,7 +91,8 @@ class Config:
     target: str | dict = setting("llvm", check="target")
     budget_s: float = setting(600.0, gt=0)
     slot_s: float = setting(20.0, gt=0)
-    warmup_share: float = setting(0.5, ge=0, le=1)  # coverage pass: at most this share of the budget
+    warmup_share: float = setting(0.5, ge=0, le=1)  # coverage pass: at most this share of the budget ...
+    warmup_trials: int = setting(8, ge=1)  # ... gives each task a first batch of this many candidates
     measure_every_s: float | None = setting(None, ge=0)  # whole-model measurement; None: 300 s if budget >= 600 s
     scheduler: SchedulerSection = _section(SchedulerSection)
     search: SearchConfig = _section(SearchConfig)

@@ -252,11 +252,13 @@ class TuningSession:
 
         self.builder.warm_up()
 
-    def tune(self, i: int, *, seconds: float | None = None, trials: int | None = None) -> RoundResult:
+    def tune(self, i: int, *, seconds: float | None = None, trials: int | None = None,
+             batch: int | None = None) -> RoundResult:
         """Tune task ``i`` for a slot of ``seconds`` (or at least ``trials`` trials, in whole batches).
 
         A slot always measures at least one batch, and stops before a batch that would overrun it by
-        more than half a batch.
+        more than half a batch. ``batch`` measures at most that many of each batch's candidates (the
+        search's best-ranked first): a short first batch for the coverage pass.
         """
         if seconds is None and trials is None:
             raise ValueError("give seconds or trials")
@@ -284,6 +286,8 @@ class TuningSession:
             b0 = time.perf_counter()
             t0 = time.perf_counter()
             cands = ctx.generate_measure_candidates()
+            if cands and batch is not None:
+                cands = list(cands)[:batch]
             res.search_s += time.perf_counter() - t0
             if not cands:
                 res.note, res.exhausted = self.retirement.search_exhausted(st), True

@@ -11,8 +11,8 @@ A re-run of the same config continues from the next round: finished rounds are n
 budget counts tuning time across all processes of the run.
 
 Coverage pass: before slots compete, every task that was never tuned gets ONE short first batch
-(``trials_per_iter`` trials), heaviest untuned weighted latency first, for at most ``warmup_share`` of the
-budget. A task's first batch brings it 10-60x below its naive default, so a short run must not leave
+(``warmup_trials`` candidates, at most ``trials_per_iter``), heaviest untuned weighted latency first, for
+at most ``warmup_share`` of the budget. A task's first batch brings it 10-60x below its naive default, so a short run must not leave
 tasks there. These rounds are recorded like any other (``phase: "warmup"``); the scheduler is not asked
 and its state does not change, and it decides every round after the pass.
 """
@@ -55,12 +55,14 @@ class RoundRecord:
 
 class Tuner:
     def __init__(self, session: TuningSession, scheduler_name: str, *, budget_s: float, slot_s: float,
-                 seed: int = 0, scheduler_params: dict | None = None, warmup_share: float = 0.0):
+                 seed: int = 0, scheduler_params: dict | None = None, warmup_share: float = 0.0,
+                 warmup_trials: int = 8):
         self.session = session
         self.tasks = session.tasks
         self.budget_s = budget_s
         self.slot_s = slot_s
         self.warmup_share = warmup_share
+        self.warmup_trials = warmup_trials
         self.scheduler = make_scheduler(scheduler_name, seed=seed, **(scheduler_params or {}))
         self.scheduler_name = scheduler_name
         wd = session.work_dir
@@ -167,7 +169,8 @@ class Tuner:
             self._all_retired = True
             return None
         if phase == "warmup":
-            res: RoundResult = self.session.tune(choice, trials=self.session.search.trials_per_iter)
+            n = min(self.warmup_trials, self.session.search.trials_per_iter)
+            res: RoundResult = self.session.tune(choice, trials=n, batch=n)
         else:
             res = self.session.tune(choice, seconds=min(self.slot_s, self.remaining_s()))
             self.scheduler.after_round(ctx, choice)
