@@ -28,9 +28,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def tune(repo: str, model: str, budget: float, work: str, measure_every: float | None) -> dict:
-    cmd = [sys.executable, "-m", "dynatune.cli", "tune", "--model", model, "--budget", str(budget),
-           "--work-dir", work, "--json"]
+def tune(repo: str, model: str, budget: float, work: str, measure_every: float | None,
+         config: str | None = None) -> dict:
+    cmd = [sys.executable, "-m", "dynatune.cli", "tune", *([config] if config else []), "--model", model,
+           "--budget", str(budget), "--work-dir", work, "--json"]
     if measure_every is not None:
         cmd += ["--set", f"measure_every_s={measure_every}"]
     env = dict(os.environ, PYTHONPATH=repo)
@@ -77,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default="after")
     ap.add_argument("--repo", default=ROOT, help="the checkout whose dynatune tunes (default: this one)")
     ap.add_argument("--measure-every", type=float, default=None)
+    ap.add_argument("--config", help="a config file for the runs (default: the built-in defaults)")
+    ap.add_argument("--name", help="the name results are filed under (default: the model file's stem)")
     ap.add_argument("--rounds", type=int, default=15, help="alternating timing rounds")
     ap.add_argument("--work", default="/tmp/dynatune-vs-ort")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "vs_onnxruntime.json"))
@@ -87,10 +90,11 @@ def main(argv=None) -> int:
         return 0
     results = json.load(open(args.out)) if os.path.exists(args.out) else {}
     for model in args.model:
-        name = os.path.splitext(os.path.basename(model))[0]
+        name = args.name or os.path.splitext(os.path.basename(model))[0]
         for budget in args.budget or [300.0]:
             work = os.path.join(args.work, args.label, f"{name}-{int(budget)}")
-            s = tune(os.path.abspath(args.repo), os.path.abspath(model), budget, work, args.measure_every)
+            s = tune(os.path.abspath(args.repo), os.path.abspath(model), budget, work, args.measure_every,
+                     os.path.abspath(args.config) if args.config else None)
             fresh = time_fresh(os.path.abspath(model), s["artifact"], args.rounds)
             row = {"fresh": fresh, "run": {k: s.get(k) for k in (
                 "tasks", "rounds", "trials", "elapsed_s", "wall_s", "estimated_latency_ms", "latency_ms",

@@ -115,8 +115,30 @@ def _real_inputs(graph):
     return [i for i in graph.input if i.name not in inits and i.name not in produced]
 
 
+_IMPORTED: dict = {}  # (path, size, mtime, shapes, name) -> Model: the CLI's preflight and the run share one import
+
+
 def load_model(path: str, shapes: dict[str, tuple[int, ...]] | None = None, name: str | None = None) -> Model:
-    """Import an ONNX file into Relax. ``shapes`` binds symbolic (or overrides static) input dims."""
+    """Import an ONNX file into Relax. ``shapes`` binds symbolic (or overrides static) input dims.
+
+    A file imported before in this process (same path, size, mtime, shapes and name) is not imported
+    again."""
+    try:
+        st = os.stat(path)
+        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns,
+               tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())), name)
+    except (OSError, TypeError):
+        key = None
+    if key is not None and key in _IMPORTED:
+        return _IMPORTED[key]
+    model = _import_model(path, shapes, name)
+    if key is not None:
+        _IMPORTED.clear()  # keep one: a long-lived process (dynatune serve) tunes many models
+        _IMPORTED[key] = model
+    return model
+
+
+def _import_model(path: str, shapes, name) -> Model:
     proto = load_onnx_proto(path)
     shapes = dict(shapes or {})
     graph = proto.graph

@@ -137,13 +137,14 @@ def instrument_overhead_s(runs: list[dict]) -> float:
 
 
 def task_args(mod, device, seed: int = 0) -> list:
-    """Arguments for a task's PrimFunc: floats random, integers (indices) zero so they stay in range."""
+    """Arguments for a task's scheduled PrimFunc, as the kernel sees them (weights in the layout its
+    schedule chose): floats random, integers (indices) zero so they stay in range."""
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     rng = np.random.default_rng(seed)
     out = []
-    for info in ArgInfo.from_prim_func(mod["main"]):
+    for info in ArgInfo.from_entry_func(mod, remove_preproc=True):
         shape, dtype = [int(d) for d in info.shape], str(info.dtype)
         arr = (rng.uniform(-1, 1, shape) if np.dtype(dtype).kind == "f" else np.zeros(shape)).astype(dtype)
         out.append(tvm.runtime.tensor(arr, device))
@@ -187,6 +188,9 @@ def profile_model(executable_or_path, model, session, *, rounds: int = 3, block_
     return summarize(model_ms, runs, kernels, {i: float(np.median(v)) for i, v in alone.items()}, session)
 
 
+PREPACKED = "_prepacked"  # the suffix SplitLayoutRewritePreproc gives a kernel that reads packed weights
+
+
 def summarize(model_ms: list[float], runs: list[dict], kernels: set[str], alone_ms: dict[int, float],
               session) -> dict:
     """Split the model time into kernels, calls no task stands for and time between calls; and its gap
@@ -198,7 +202,7 @@ def summarize(model_ms: list[float], runs: list[dict], kernels: set[str], alone_
         calls = int(np.median([r.get(sym, [0, 0.0])[0] for r in runs]))
         cost = 0.0 if sym in kernels else overhead
         secs = float(np.median([max(0.0, r[sym][1] - r[sym][0] * cost) if sym in r else 0.0 for r in runs]))
-        t = by_name.get(sym)
+        t = by_name.get(sym) or by_name.get(sym.removesuffix(PREPACKED))  # a tuned kernel on packed weights
         rows.append(KernelRow(sym, t.index if t else None, calls, secs * 1e3, t.weight if t else None,
                               alone_ms.get(t.index) if t else None, t.flops if t else None))
     rows.sort(key=lambda r: -r.in_model_ms)

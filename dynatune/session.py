@@ -298,9 +298,9 @@ class TuningSession:
             res.measure_s += measure_s
             t0 = time.perf_counter()
             ctx.notify_runner_results(cands, results)
-            batch = Batch(t, st, ctx, cands, results, incumbent, res)
+            measured = Batch(t, st, ctx, cands, results, incumbent, res)
             for callback in self.batch_callbacks:
-                callback.apply(self, batch)
+                callback.apply(self, measured)
             res.search_s += time.perf_counter() - t0
             batch_s = time.perf_counter() - b0
             if res.exhausted:
