@@ -64,6 +64,8 @@ class Tracker:
         import mlflow
         from mlflow import MlflowClient
 
+        # MLflow prints each finished run's URL, credentials included: dynatune prints its own, masked
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
         self.log_seconds = 0.0  # time spent talking to MLflow (reported against tuning time)
         self.uri = cfg.tracking.uri
         check_tracking_uri(self.uri)
