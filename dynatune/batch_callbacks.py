@@ -35,6 +35,14 @@ class Batch:
 
     def __post_init__(self):
         self.timings = [list(r.run_secs) if r.run_secs is not None else None for r in self.results]
+        self._stops = None
+
+    def stop_reasons(self, measure) -> list:
+        """Per candidate, why the evaluator stopped measuring it (None if it failed); computed once."""
+        if self._stops is None:
+            self._stops = [None if secs is None else why_stopped(measure, [float(x) for x in secs], self.incumbent_s)
+                           for secs in self.timings]
+        return self._stops
 
 
 class BatchCallback(ABC):
@@ -46,7 +54,7 @@ class BatchCallback(ABC):
 class CountOutcomes(BatchCallback):
     def apply(self, session, batch):
         res, st = batch.result, batch.state
-        for r, secs in zip(batch.results, batch.timings):
+        for r, secs, why in zip(batch.results, batch.timings, batch.stop_reasons(session.measure)):
             if secs is None:
                 if (r.error_msg or "").startswith("build"):
                     res.build_errors += 1
@@ -58,7 +66,6 @@ class CountOutcomes(BatchCallback):
                 st.fail_streak = 0
                 res.repeats += len(secs)
                 res.repeats_saved += max(0, session.measure.repeat_cap - len(secs))
-                why = why_stopped(session.measure, [float(x) for x in secs], batch.incumbent_s)
                 res.stops[why] = res.stops.get(why, 0) + 1
         res.trials += len(batch.candidates)
 
@@ -76,9 +83,8 @@ class AddToDatabase(BatchCallback):
 
 class LogMeasurements(BatchCallback):
     def apply(self, session, batch):
-        measured = [{"repeats": len(secs), "stop": why_stopped(session.measure, [float(x) for x in secs],
-                                                               batch.incumbent_s),
-                     "mean_s": mean_secs(secs)} for secs in batch.timings if secs is not None]
+        measured = [{"repeats": len(secs), "stop": why, "mean_s": mean_secs(secs)}
+                    for secs, why in zip(batch.timings, batch.stop_reasons(session.measure)) if secs is not None]
         if measured:
             inc = batch.incumbent_s
             session.measurement_log.append({"task": batch.task.key,
