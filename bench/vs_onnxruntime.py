@@ -100,7 +100,7 @@ def main(argv=None) -> int:
                 "tasks", "rounds", "trials", "elapsed_s", "wall_s", "estimated_latency_ms", "latency_ms",
                 "onnxruntime_latency_ms", "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min",
                 "ratio_vs_onnxruntime_max", "time_to_onnxruntime_parity_s", "never_tuned_tasks", "warmup_rounds",
-                "max_rel_err", "numerics_ok", "measurements", "periodic_measure_s")}, "bench_wall_s": s["bench_wall_s"],
+                "max_rel_err", "numerics_ok", "measurements", "periodic_measure_s", "profile")}, "bench_wall_s": s["bench_wall_s"],
                    "date": time.strftime("%Y-%m-%d %H:%M"), "repo": os.path.abspath(args.repo)}
             results.setdefault(args.label, {}).setdefault(name, {})[str(int(budget))] = row
             os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -27,6 +27,7 @@ class RunStart:
     elapsed_s: float
     cache_hit: bool = False
     warm_start: dict | None = None  # what the warm start imported, when there was one
+    config_hash: str = ""  # :meth:`dynatune.config.Config.config_hash`, computed once per run
 
 
 @dataclass

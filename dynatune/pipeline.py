@@ -24,11 +24,12 @@ from . import __version__
 from .callbacks import CallbackList, RunStart, TaskRetired
 from .errors import DynatuneError
 from .files import atomic_write_json
+from .intrinsics import import_tensor_intrinsics
 from .lock import WorkDirLock
 
-MAX_FAILED_ROUNDS = 3
+MAX_FAILED_ROUNDS = 3  # rounds in a row that may fail (after their retries) before the run gives up
 PROFILE_HEADLINE = ("model_ms", "estimate_ms", "estimate_over_model", "kernel_ms", "calls_without_task_ms",
-                    "between_calls_ms", "gap_ms")  # rounds in a row that may fail (after their retries) before the run gives up
+                    "between_calls_ms", "gap_ms")  # the profile's figures the summary carries
 
 
 # -- the stages ---------------------------------------------------------------------------------------
@@ -108,7 +109,7 @@ class TuningRun:
             atomic_write_json(os.path.join(cfg.work_dir, "config.json"), cfg.to_record())
             self.model = steps.load_model(cfg)
             self.target, self.tasks, self.cache_hit = steps.extract(self.model, cfg)
-            import_tvm_intrinsics()
+            import_tensor_intrinsics()
             self.session = TuningSession(self.tasks, self.target, cfg.work_dir, search=cfg.search,
                                          measure=cfg.measure)
             self.warm_start = None
@@ -128,7 +129,8 @@ class TuningRun:
 
     def start_event(self) -> RunStart:
         return RunStart(self.cfg, self.model, self.tasks, self.tuner.run_state, self.untuned_estimate_s,
-                        self.tuner.rounds_done, self.tuner.elapsed_s, self.cache_hit, self.warm_start)
+                        self.tuner.rounds_done, self.tuner.elapsed_s, self.cache_hit, self.warm_start,
+                        self.config_hash)
 
     def compile(self, artifact: str | None = None):
         """Compile with the best schedules, verify against ONNX Runtime (the worker pools are stopped first:
@@ -212,35 +214,6 @@ def _rounds(tuner, steps, cbs, periodic) -> None:
             cbs.on_retired(TaskRetired(rec.task, rec.task_name, rec.result["note"]))
         if periodic.due():
             cbs.on_measurement(periodic.measure())
-
-
-def import_tvm_intrinsics() -> None:
-    """Import ``tvm.s_tir.tensor_intrin`` (the first tuning slot needs it) from a fresh thread.
-
-    TVMScript's parser calls ``inspect.stack()`` for each of its ~250 intrinsics, and every frame costs
-    a scan of ``sys.modules``. Inside a Prefect flow run the stack is ~30 frames deep and ``sys.modules``
-    holds Prefect and MLflow: the import took ~85 s there instead of ~20 s at top level. A fresh
-    thread has a shallow stack (~30 s in a flow run). The caller waits for it, so no two threads ever
-    import the same modules at once.
-    """
-    import sys
-    import threading
-
-    if "tvm.s_tir.tensor_intrin" in sys.modules:
-        return
-    errors: list[BaseException] = []
-
-    def work():
-        try:
-            import tvm.s_tir.tensor_intrin  # noqa: F401
-        except BaseException as exc:  # re-raised below, in the caller's thread
-            errors.append(exc)
-
-    t = threading.Thread(target=work, name="dynatune-import-tvm", daemon=True)
-    t.start()
-    t.join()
-    if errors:
-        raise errors[0]
 
 
 # -- summary and report -------------------------------------------------------------------------------

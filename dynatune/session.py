@@ -247,9 +247,10 @@ class TuningSession:
         return ctx
 
     def warm_up(self) -> None:
-        """Pay the one-off costs now: worker pools, and TVM's tensor-intrinsic registry (~20 s)."""
-        import tvm.s_tir.tensor_intrin  # noqa: F401  (TuneContext imports it on first use)
+        """Pay the one-off costs now: worker pools, and TVM's tensor-intrinsic registry."""
+        from .intrinsics import import_tensor_intrinsics
 
+        import_tensor_intrinsics()  # TuneContext would import it on first use, slowly
         self.builder.warm_up()
 
     def tune(self, i: int, *, seconds: float | None = None, trials: int | None = None,

@@ -31,7 +31,9 @@ import time
 
 def prestart() -> None:
     early = None if os.environ.get("PREFECT_API_URL") else _spawn_server()
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (at the top of a fresh stack, before Prefect: its fastest)
+    from dynatune.intrinsics import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
 
     if early is not None:
         _hand_over(*early)

@@ -60,7 +60,7 @@ def _health_request(uri: str):
 class Tracker:
     """The MLflow side of one tuning run (created or resumed by run id)."""
 
-    def __init__(self, cfg, model, run_id: str | None = None):
+    def __init__(self, cfg, model, run_id: str | None = None, config_hash: str | None = None):
         import mlflow
         from mlflow import MlflowClient
 
@@ -95,7 +95,7 @@ class Tracker:
                 "model": model.name, "model_sha256": model.sha256, "model_version": cfg.model.version or "",
                 "target": json.dumps(cfg.target) if isinstance(cfg.target, dict) else str(cfg.target),
                 "scheduler": cfg.scheduler.name, "dynatune_version": __version__,
-                "config_hash": cfg.config_hash()[:16], **cfg.tracking.tags,
+                "config_hash": (config_hash or cfg.config_hash())[:16], **cfg.tracking.tags,
             }
             run = self.client.create_run(exp_id, run_name=cfg.tracking.run_name, tags=tags)
             self.run_id = run.info.run_id
@@ -256,7 +256,7 @@ class MlflowCallback(RunCallback):
         self.steps = 0
 
     def on_start(self, run) -> None:
-        t = self.tracker = Tracker(run.cfg, run.model, run.state.get("mlflow_run_id"))
+        t = self.tracker = Tracker(run.cfg, run.model, run.state.get("mlflow_run_id"), run.config_hash)
         run.state["mlflow_run_id"] = t.run_id
         if not (t.resumed and t.has_metric("untuned_estimate_ms")):  # step 0 is logged once per run
             # only as its own metric: estimated_latency_ms at step r is the estimate after round r, one

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 NAME = "tiny-net"
 FAST = {"budget_s": 4, "slot_s": 2, "search": {"trials_per_iter": 4, "population_size": 32},
         "measure": {"repeat": 3, "min_repeat_ms": 5},
-        "compile": {"measure_untuned": False, "measure_onnxruntime": False}}
+        "compile": {"measure_untuned": False, "measure_onnxruntime": False, "profile": False}}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,9 @@ def registry(tmp_path_factory, prefect_stack):
 
     (It asks for ``prefect_stack`` only so that the Prefect server starts in the background meanwhile.)
     """
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (here at top level: ~3x faster than inside a flow run)
+    from dynatune.intrinsics import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
 
     d = tmp_path_factory.mktemp("registry")
     import mlflow

@@ -127,7 +127,7 @@ slot_s: 3
 work_dir: {work}
 search: {{trials_per_iter: 4, population_size: 32}}
 measure: {{repeat: 3, min_repeat_ms: 5}}
-compile: {{verify: false}}
+compile: {{verify: false, measure_untuned: false, measure_onnxruntime: false, profile: false}}
 tracking: {{run_name: reliability}}
 """
 

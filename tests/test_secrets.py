@@ -102,7 +102,7 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(f"model: {{path: {model}}}\nbudget_s: 4\nslot_s: 2\nwork_dir: {tmp_path / 'work'}\n"
                    "search: {trials_per_iter: 4, population_size: 32}\n"
-                   "compile: {measure_untuned: false, measure_onnxruntime: false}\n")
+                   "compile: {measure_untuned: false, measure_onnxruntime: false, profile: false}\n")
     # tune: the CLI, as a user runs it (Prefect's local mode, MLflow on the server)
     out = subprocess.run([sys.executable, "-m", "dynatune.cli", "tune", str(cfg), "--json"], env=env, cwd=str(tmp_path),
                          capture_output=True, text=True, timeout=900)

@@ -47,8 +47,7 @@ def _model(**kw):
     return EnsembleModel(**{**FAST, **kw})
 
 
-# -- one real MetaSchedule integration (first in the file: TuneContext imports tvm.s_tir.tensor_intrin, which
-#    parses TVMScript with `inspect` and gets ~2x slower once xgboost has pulled pandas/sklearn into sys.modules)
+# -- one real MetaSchedule integration (TuneContext needs TVM's tensor-intrinsic registry: imported the fast way)
 def _matmul_mod(n=64):
     import tvm
     from tvm import te
@@ -66,6 +65,9 @@ def test_evolutionary_search_with_ensemble(tmp_path):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
+    from dynatune.intrinsics import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
     target = tvm.target.Target({"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
                                 "num-cores": 2})
     model = _model(seed=0, contextual_exploration=True, num_members=3, num_boost_round=20)

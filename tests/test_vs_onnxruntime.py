@@ -31,7 +31,7 @@ model: {{path: {model}}}
 budget_s: 40
 slot_s: 4
 warmup_share: 1.0
-measure_every_s: 5
+measure_every_s: 15
 work_dir: {d / 'work'}
 search: {{trials_per_iter: 4, population_size: 32}}
 measure: {{repeat: 3, min_repeat_ms: 5}}
