@@ -1,7 +1,7 @@
 """A MetaSchedule builder whose worker pool lives as long as the session.
 
 The stock ``LocalBuilder`` makes a new process pool for every ``build()`` call, and each fresh worker
-imports ``tvm.s_tir.tensor_intrin`` (about 23 s here) before its first build: ~3.4 s per trial instead
+imports ``tvm.s_tir.tensor_intrin`` (about 20 s here, the plain way) before its first build: ~3.4 s per trial instead
 of ~1.5 s. This builder keeps its workers, skips that import (a scheduled module carries no reference to
 the intrinsic registry), and links each candidate into a shared library in the worker, so the runner
 only has to ``dlopen`` it. Workers are recycled after ``max_uses`` builds to bound TVM's known leak,

@@ -66,7 +66,15 @@ class PeriodicMeasurement:
         self.tuner.save_run_state()
         return m
 
-    def parity_s(self) -> float | None:
-        """The first tuning second at which the measured model beat ONNX Runtime (None: never measured so)."""
-        return next((p["elapsed_s"] for p in self.points if p.get("ratio") is not None and p["ratio"] < 1.0),
-                    None)
+    def parity_s(self, final_elapsed_s: float | None = None, final_ratio: float | None = None) -> float | None:
+        """See :func:`parity_s`; the final measurement (at the end of tuning) is the last point."""
+        return parity_s(self.points, final_elapsed_s, final_ratio)
+
+
+def parity_s(points: list[dict], final_elapsed_s: float | None = None,
+             final_ratio: float | None = None) -> float | None:
+    """The first tuning second at which the measured model beat ONNX Runtime (ratio < 1): a periodic point,
+    else the final measurement at ``final_elapsed_s``; None if no measurement did."""
+    final = [{"elapsed_s": final_elapsed_s, "ratio": final_ratio}] if final_elapsed_s is not None else []
+    return next((p["elapsed_s"] for p in [*points, *final] if p.get("ratio") is not None and p["ratio"] < 1.0),
+                None)

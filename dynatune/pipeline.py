@@ -244,7 +244,8 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> dict:
                  max_abs_err=report.max_abs_err, numerics_ok=report.numerics_ok, artifact=report.artifact,
                  ratio_vs_onnxruntime=report.ratio_vs_onnxruntime,
                  ratio_vs_onnxruntime_min=report.ratio_vs_onnxruntime_min,
-                 ratio_vs_onnxruntime_max=report.ratio_vs_onnxruntime_max)
+                 ratio_vs_onnxruntime_max=report.ratio_vs_onnxruntime_max,
+                 time_to_onnxruntime_parity_s=periodic.parity_s(s["elapsed_s"], report.ratio_vs_onnxruntime))
         if report.untuned_latency_ms:
             s["speedup_vs_untuned"] = report.untuned_latency_ms / report.latency_ms
         if report.onnxruntime_latency_ms:

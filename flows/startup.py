@@ -1,11 +1,10 @@
 """A pipeline process's one-off start-up costs, paid side by side before the flow starts.
 
-Two things take seconds before the first round: TVM's tensor-intrinsic registry (``import
-tvm.s_tir.tensor_intrin``, ~13 s; the first tuning slot needs it) and, with no ``PREFECT_API_URL``,
-Prefect's local ephemeral API server (a uvicorn subprocess, ~5 s to come up). Done one after the other
-they add up; done with Prefect already imported the import is ~2x slower (TVMScript's parser walks
-``inspect.stack()`` and scans ``sys.modules`` per intrinsic, and Prefect brings ~1,500 modules). So
-:func:`prestart`, called by ``dynatune tune`` before it imports anything of Prefect:
+Two things take seconds before the first round: TVM's tensor-intrinsic registry (~3 s with
+:func:`dynatune.intrinsics.import_tensor_intrinsics`; the first tuning slot needs it) and, with no
+``PREFECT_API_URL``, Prefect's local ephemeral API server (a uvicorn subprocess, ~5 s to come up). Done
+one after the other they add up. So :func:`prestart`, called by ``dynatune tune`` before it imports
+anything of Prefect:
 
 1. spawns the ephemeral server exactly as Prefect's ``SubprocessASGIServer`` would (same uvicorn
    command, same environment), without importing Prefect;
