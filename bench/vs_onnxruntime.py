@@ -71,9 +71,31 @@ def time_only(model_path: str, artifact: str, rounds: int) -> dict:
             "ratio_spread": [t.ratio_min, t.ratio_max], "rounds": rounds, "threads": threads}
 
 
+def table(results: dict) -> str:
+    """The results as markdown: one row per (label, model, budget)."""
+    def fmt(x, spec=".2f"):
+        return "-" if x is None else format(x, spec)
+
+    lines = ["| label | model | budget s | tuned / ORT (fresh process) | min-max | tuned ms | ORT ms "
+             "| run's own ratio | estimate / model (profile) | tasks never tuned | parity s |",
+             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for label, models in results.items():
+        for name, budgets in models.items():
+            for budget, row in sorted(budgets.items(), key=lambda kv: float(kv[0])):
+                f, r = row["fresh"], row["run"]
+                lo, hi = f["ratio_spread"]
+                never = r.get("never_tuned_tasks")
+                never = "-" if never is None else f"{len(never)} of {r['tasks']}"
+                est = (r.get("profile") or {}).get("estimate_over_model")
+                lines.append(f"| {label} | {name} | {budget} | **{f['ratio']:.2f}** | {lo:.2f}-{hi:.2f} | "
+                             f"{f['tvm_ms']:.3f} | {f['onnxruntime_ms']:.3f} | {fmt(r.get('ratio_vs_onnxruntime'))} | "
+                             f"{fmt(est, '.3f')} | {never} | {fmt(r.get('time_to_onnxruntime_parity_s'), '.0f')} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", action="append", required=True)
+    ap.add_argument("--model", action="append", default=[])
     ap.add_argument("--budget", action="append", type=float, default=[])
     ap.add_argument("--label", default="after")
     ap.add_argument("--repo", default=ROOT, help="the checkout whose dynatune tunes (default: this one)")
@@ -83,11 +105,17 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=15, help="alternating timing rounds")
     ap.add_argument("--work", default="/tmp/dynatune-vs-ort")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "vs_onnxruntime.json"))
+    ap.add_argument("--table", action="store_true", help="print the results file as a markdown table and exit")
     ap.add_argument("--time-only", metavar="ARTIFACT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(json.load(open(args.out))))
+        return 0
     if args.time_only:
         print(json.dumps(time_only(args.model[0], args.time_only, args.rounds)))
         return 0
+    if not args.model:
+        ap.error("give at least one --model")
     results = json.load(open(args.out)) if os.path.exists(args.out) else {}
     for model in args.model:
         name = args.name or os.path.splitext(os.path.basename(model))[0]
