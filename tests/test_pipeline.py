@@ -28,7 +28,7 @@ def first_run(tmp_path_factory):
     cfg = d / "cfg.yaml"
     cfg.write_text(f"""
 model: {{path: {model}}}
-budget_s: 30
+budget_s: 16
 slot_s: 4
 work_dir: {d / 'work'}
 search: {{trials_per_iter: 4, population_size: 32}}
@@ -56,7 +56,7 @@ def test_flow_tracks_every_round_in_mlflow(first_run):
     run = client.get_run(s["mlflow_run_id"])
     assert run.data.tags["scheduler"] == "dynatune" and run.data.tags["model"] == "tiny"
     assert run.data.tags["purpose"] == "test" and "model_sha256" in run.data.tags
-    assert run.data.params["budget_s"] == "30.0"
+    assert run.data.params["budget_s"] == "16.0"
     hist = client.get_metric_history(run.info.run_id, "estimated_latency_ms")
     steps = sorted(m.step for m in hist)
     assert steps[0] == 0 and len(set(steps)) >= s["rounds"]
@@ -88,7 +88,7 @@ def test_compiled_library_loads_and_matches_onnxruntime(first_run):
 def test_rerun_continues_rounds(first_run):
     d, cfg, s, _ = first_run
     rounds_before = [json.loads(x) for x in open(d / "work" / "rounds.jsonl")]
-    p = _run(["tune", str(cfg), "--json", "--budget", str(s["elapsed_s"] + 12)], str(d))  # budget left: 12 s
+    p = _run(["tune", str(cfg), "--json", "--budget", str(s["elapsed_s"] + 6)], str(d))  # budget left: 6 s
     assert p.returncode == 0, p.stderr[-3000:]
     s2 = json.loads(p.stdout.strip().splitlines()[-1])
     rounds_after = [json.loads(x) for x in open(d / "work" / "rounds.jsonl")]

@@ -28,10 +28,10 @@ def embedding_run(tmp_path_factory):
     cfg = d / "cfg.yaml"
     cfg.write_text(f"""
 model: {{path: {model}}}
-budget_s: 40
+budget_s: 14
 slot_s: 4
 warmup_share: 1.0
-measure_every_s: 15
+measure_every_s: 5
 work_dir: {d / 'work'}
 search: {{trials_per_iter: 4, population_size: 32}}
 measure: {{repeat: 3, min_repeat_ms: 5}}
