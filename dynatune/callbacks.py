@@ -49,6 +49,15 @@ class ModelMeasurement:
     ratio_spread: list = field(default_factory=list)  # [min, max] of the per-round ratios
     estimated_ms: float = 0.0
     seconds: float = 0.0  # what the measurement cost (compile + timing); not counted as tuning time
+    # the model and each task's best schedule alone, timed in the same rounds (dynatune.residual)
+    same_time_model_ms: float | None = None
+    kernels_alone_ms: float | None = None  # Σ weight × latency alone
+    residual_ms: float | None = None  # what the estimate misses: same_time_model_ms - kernels_alone_ms
+
+    @property
+    def estimated_model_ms(self) -> float | None:
+        """The estimate counting what the kernels alone miss."""
+        return None if self.residual_ms is None else self.estimated_ms + self.residual_ms
 
 
 class RunCallback:

@@ -1,6 +1,8 @@
 """Periodic whole-model measurement: every few minutes of tuning, compile the model with the best
 schedules so far and time it beside ONNX Runtime, so a run shows what its users would get at that point
-(the estimate, Σ weight × task latency, leaves out what runs between kernels).
+(the estimate, Σ weight × task latency, leaves out what runs between kernels). Each task's best schedule
+is also timed alone in the same rounds as the model, which gives the residual the estimate misses
+(:mod:`dynatune.residual`); the rounds after it report the estimate plus that residual.
 
 Interval: ``measure_every_s`` (null: every 300 s for budgets of 600 s or more, else off; 0: off). The
 measurement's seconds are not tuning time (the budget is not charged), and are reported on their own.
@@ -34,6 +36,7 @@ class PeriodicMeasurement:
         self.rounds = rounds
         self.points: list[dict] = tuner.run_state.setdefault("measurements", [])
         self._ort = None
+        self._timers = None
 
     def due(self) -> bool:
         """A measurement is due: the interval has passed since the last one, and tuning goes on (the end
@@ -47,21 +50,26 @@ class PeriodicMeasurement:
         import tvm
 
         from .compile import build, onnxruntime_session, relax_vm
+        from .residual import TaskTimers, measure_residual
         from .target import target_device, usable_cores
-        from .timing import time_side_by_side
+        from .timing import time_side_by_side, vm_block_timer
 
         t0 = time.perf_counter()
         session = self.tuner.session
         dev = tvm.device(target_device(self.target), 0)
-        vm = relax_vm(build(self.model, self.target, session.compile_database(), self.prepack), dev)
+        database = session.compile_database()
+        vm = relax_vm(build(self.model, self.target, database, self.prepack), dev)
         inputs = self.model.random_inputs(0)
         if self._ort is None:
-            self._ort = onnxruntime_session(self.model, usable_cores())
+            self._ort, self._timers = onnxruntime_session(self.model, usable_cores()), TaskTimers(self.target, dev)
         timing = time_side_by_side(vm, self.model, self._ort, inputs, dev, rounds=self.rounds)
+        residual = measure_residual(vm_block_timer(vm, self.model, inputs, dev, 200.0),
+                                    self._timers.timers(session.tasks, database), session.tasks, self.rounds)
         m = ModelMeasurement(round=max(0, self.tuner.rounds_done - 1), elapsed_s=self.tuner.elapsed_s,
                              latency_ms=timing.tvm_median_ms, onnxruntime_ms=timing.ort_median_ms,
                              ratio=timing.ratio_median, ratio_spread=[timing.ratio_min, timing.ratio_max],
-                             estimated_ms=session.estimated_latency() * 1e3, seconds=time.perf_counter() - t0)
+                             estimated_ms=session.estimated_latency() * 1e3, seconds=time.perf_counter() - t0,
+                             **residual.as_dict())
         self.points.append(m.__dict__.copy())
         self.tuner.save_run_state()
         return m
@@ -69,6 +77,11 @@ class PeriodicMeasurement:
     def parity_s(self, final_elapsed_s: float | None = None, final_ratio: float | None = None) -> float | None:
         """See :func:`parity_s`; the final measurement (at the end of tuning) is the last point."""
         return parity_s(self.points, final_elapsed_s, final_ratio)
+
+
+def latest_residual_ms(points: list[dict]) -> float | None:
+    """The residual of the last measurement that has one; None before the first."""
+    return next((p["residual_ms"] for p in reversed(points) if p.get("residual_ms") is not None), None)
 
 
 def parity_s(points: list[dict], final_elapsed_s: float | None = None,

@@ -179,6 +179,7 @@ def run(cfg, callbacks=(), steps: Steps | None = None) -> dict:
             summary = make_summary(cfg, r.model, r.tasks, r.tuner, report, periodic, time.perf_counter() - t_start)
             if profile is not None:
                 summary["profile"] = {k: profile[k] for k in PROFILE_HEADLINE}
+            summary.update(residual_fields(summary["estimated_latency_ms"], r.tuner, profile))
             out = write_report(cfg, r.tuner, summary)
             cbs.on_finish(summary, out)
             atomic_write_json(os.path.join(out, "summary.json"), summary)
@@ -251,6 +252,19 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> dict:
         if report.onnxruntime_latency_ms:
             s["speedup_vs_onnxruntime"] = report.onnxruntime_latency_ms / report.latency_ms
     return s
+
+
+def residual_fields(estimate_ms: float, tuner, profile: dict | None) -> dict:
+    """The estimate counting what the kernels alone miss (:mod:`dynatune.residual`): plus the final
+    profile's residual (the model minus its tasks alone, timed in the same rounds), else the last periodic
+    measurement's; None when neither was measured."""
+    if profile is not None:
+        residual, source = profile["gap_ms"], "final profile"
+    elif (r := tuner.residual_s()) is not None:
+        residual, source = r * 1e3, "periodic measurement"
+    else:
+        return {"residual_ms": None, "residual_source": None, "estimated_model_latency_ms": None}
+    return {"residual_ms": residual, "residual_source": source, "estimated_model_latency_ms": estimate_ms + residual}
 
 
 def write_report(cfg, tuner, summary) -> str:

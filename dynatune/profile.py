@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .timing import block_timer, vm_block_timer
+from .residual import TaskTimers, kernels_alone_ms
+from .timing import vm_block_timer
 
 NOOP_CALL = "vm.builtin.null_value"
 
@@ -136,35 +137,6 @@ def instrument_overhead_s(runs: list[dict]) -> float:
     return float(np.median(per_call)) if per_call else 0.0
 
 
-def task_args(mod, device, seed: int = 0) -> list:
-    """Arguments for a task's scheduled PrimFunc, as the kernel sees them (weights in the layout its
-    schedule chose): floats random, integers (indices) zero so they stay in range."""
-    import tvm
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for info in ArgInfo.from_entry_func(mod, remove_preproc=True):
-        shape, dtype = [int(d) for d in info.shape], str(info.dtype)
-        arr = (rng.uniform(-1, 1, shape) if np.dtype(dtype).kind == "f" else np.zeros(shape)).astype(dtype)
-        out.append(tvm.runtime.tensor(arr, device))
-    return out
-
-
-def task_timer(task, database, target, device, block_ms: float):
-    """Block timer of the task's best schedule alone (the record ``database`` holds, else the default
-    schedule, as the compiler picks), compiled and measured as tuning measures candidates."""
-    from .builder import compile_scheduled
-    from .session import default_schedule
-
-    sch = database.query_schedule(task.mod, target, "main") if database is not None else None
-    mod = sch.mod if sch is not None else default_schedule(task.mod, target)
-    rt = compile_scheduled(mod, target)
-    args = task_args(mod, device)
-    return block_timer(lambda number, min_ms: rt.time_evaluator(rt.entry_name, device, number=number, repeat=1,
-                                                                min_repeat_ms=min_ms), args, block_ms)
-
-
 def profile_model(executable_or_path, model, session, *, rounds: int = 3, block_ms: float = 200.0,
                   task_block_ms: float = 20.0, seed: int = 0) -> dict:
     """The profile as a dict (see :func:`write_profile`)."""
@@ -176,8 +148,7 @@ def profile_model(executable_or_path, model, session, *, rounds: int = 3, block_
     inputs = model.random_inputs(seed)
     plain, instrumented = make_vm(executable_or_path, dev), make_vm(executable_or_path, dev)
     model_block = vm_block_timer(plain, model, inputs, dev, block_ms)
-    db = session.compile_database()
-    timers = {t.index: task_timer(t, db, session.target, dev, task_block_ms) for t in session.tasks}
+    timers = TaskTimers(session.target, dev, task_block_ms).timers(session.tasks, session.compile_database())
     model_ms, runs, alone = [], [], defaultdict(list)
     for _ in range(rounds):  # the model, its calls and the tasks alone, all in each round
         model_ms.append(model_block())
@@ -212,9 +183,9 @@ def summarize(model_ms: list[float], runs: list[dict], kernels: set[str], alone_
     matched = [r for r in rows if r.task is not None]
     kernel_ms = sum(r.in_model_ms for r in matched)
     unmatched_ms = sum(r.in_model_ms for r in rows if r.task is None)
-    estimate = sum(t.weight * alone_ms[t.index] for t in session.tasks)
+    estimate = kernels_alone_ms(session.tasks, alone_ms)
     gap = {"in_model_vs_alone_ms": sum(r.in_model_ms - r.alone_total_ms for r in matched),
-           "tasks_not_called_ms": -sum(t.weight * alone_ms[t.index] for t in absent),
+           "tasks_not_called_ms": -kernels_alone_ms(absent, alone_ms),
            "calls_without_task_ms": unmatched_ms,
            "between_calls_ms": model - kernel_ms - unmatched_ms}
     return {"model_ms": model, "model_ms_rounds": model_ms, "runs": len(runs),

@@ -86,7 +86,10 @@ class LiveView(RunCallback):
 
     def on_measurement(self, m) -> None:
         vs = f", {m.ratio:.2f}x ONNX Runtime ({m.onnxruntime_ms:.3f} ms)" if m.ratio is not None else ""
-        self._say(f"measured at {m.elapsed_s:.0f} s: {m.latency_ms:.3f} ms{vs} (estimate {m.estimated_ms:.3f} ms)")
+        est = f"estimate {m.estimated_ms:.3f} ms"
+        if m.residual_ms is not None:
+            est += f" + {m.residual_ms:.3f} ms the kernels alone miss"
+        self._say(f"measured at {m.elapsed_s:.0f} s: {m.latency_ms:.3f} ms{vs} ({est})")
 
     def _say(self, text: str) -> None:
         if self.live is not None:
@@ -103,7 +106,9 @@ class LiveView(RunCallback):
             f"model {s['model']} ({s['tasks']} tasks), scheduler {s['scheduler']}: {s['rounds']} rounds, "
             f"{s['trials']} trials, {s['elapsed_s']:.0f} s tuning, {s['wall_s']:.0f} s wall",
             f"  estimated latency {s['estimated_latency_ms']:.3f} ms (untuned estimate "
-            f"{s['initial_estimated_latency_ms']:.3f} ms)",
+            f"{s['initial_estimated_latency_ms']:.3f} ms)"
+            + (f"; with what the kernels alone miss {s['estimated_model_latency_ms']:.3f} ms"
+               if s.get("estimated_model_latency_ms") is not None else ""),
             f"  measured latency  {ms('latency_ms')}   untuned TVM {ms('untuned_latency_ms')}   "
             f"ONNX Runtime {ms('onnxruntime_latency_ms')}",
         ]

@@ -350,6 +350,8 @@ _HEADLINE = [
     ("budget_s", "budget (s)", lambda v: _fmt(v, ".1f")),
     ("wall_s", "wall time (s)", lambda v: _fmt(v, ".1f")),
     ("estimated_latency_ms", "estimated latency (ms)", lambda v: _fmt(v, ".3f")),
+    ("estimated_model_latency_ms", "estimated latency with what the kernels alone miss (ms)",
+     lambda v: _fmt(v, ".3f")),
     ("latency_ms", "measured latency (ms)", lambda v: _fmt(v, ".3f")),
     ("untuned_latency_ms", "untuned TVM latency (ms)", lambda v: _fmt(v, ".3f")),
     ("onnxruntime_latency_ms", "ONNX Runtime latency (ms)", lambda v: _fmt(v, ".3f")),

@@ -46,6 +46,12 @@ class RoundRecord:
     beliefs: list = field(default_factory=list)  # the full table (not stored in rounds.jsonl)
     scheduler_state: dict = field(default_factory=dict)  # after this round (stored with it: one atomic line)
     phase: str = "scheduler"  # "warmup": the coverage pass chose the task, not the scheduler
+    residual_s: float | None = None  # what the estimate misses, as last measured (None: not yet measured)
+
+    @property
+    def estimated_model_latency_s(self) -> float | None:
+        """The estimate counting the last measured residual (:mod:`dynatune.residual`)."""
+        return None if self.residual_s is None else self.estimated_latency_s + self.residual_s
 
     def line(self) -> dict:
         d = asdict(self)
@@ -148,6 +154,14 @@ class Tuner:
 
         return max(todo, key=lambda t: (weighted_default(t), t.weight * t.flops, -t.index)).index
 
+    def residual_s(self) -> float | None:
+        """What the estimate misses, from the last periodic measurement (:mod:`dynatune.periodic`) that
+        measured it; None before the first."""
+        from .periodic import latest_residual_ms
+
+        ms = latest_residual_ms(self.run_state.get("measurements", []))
+        return None if ms is None else ms / 1e3
+
     def never_tuned(self) -> list[str]:
         """Names of the tasks that never got a batch (a budget too small to cover them all)."""
         return [t.name for t in self.tasks if not self.session.state(t.index).history]
@@ -182,7 +196,7 @@ class Tuner:
                           estimated_latency_s=self.session.estimated_latency(), elapsed_s=self.elapsed_s,
                           decision_s=decision_s, wall_s=time.perf_counter() - start,
                           beliefs=[asdict(b) for b in table], scheduler_state=self.scheduler.state_dict(),
-                          phase=phase)
+                          phase=phase, residual_s=self.residual_s())
         self._writer.append(rec.line())
         self.rounds.append(rec.line())
         self.save_run_state()

@@ -140,6 +140,8 @@ class Tracker:
             "decision_ms": rec.decision_s * 1e3,
             "chosen_best_ms": r["best_after_s"] * 1e3 if math.isfinite(r["best_after_s"]) else 0.0,
         }
+        if rec.estimated_model_latency_s is not None:
+            values["estimated_model_latency_ms"] = rec.estimated_model_latency_s * 1e3
         ts = int(time.time() * 1000)
         metrics = [Metric(k, float(v), ts, rec.round) for k, v in values.items() if math.isfinite(float(v))]
         self.client.log_batch(self.run_id, metrics=metrics)
@@ -272,7 +274,8 @@ class MlflowCallback(RunCallback):
 
     def on_measurement(self, m) -> None:
         self.tracker.log_metrics({"measured_latency_ms": m.latency_ms, "measured_ratio_vs_onnxruntime": m.ratio,
-                                  "measured_onnxruntime_ms": m.onnxruntime_ms}, step=m.round)
+                                  "measured_onnxruntime_ms": m.onnxruntime_ms, "residual_ms": m.residual_ms},
+                                 step=m.round)
 
     def on_finish(self, summary: dict, report_dir: str) -> None:
         t = self.tracker
@@ -300,4 +303,4 @@ class MlflowCallback(RunCallback):
 FINAL_METRICS = ("latency_ms", "untuned_latency_ms", "onnxruntime_latency_ms", "max_rel_err", "max_abs_err",
                  "speedup_vs_untuned", "speedup_vs_onnxruntime", "estimated_latency_ms", "wall_s",
                  "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min", "ratio_vs_onnxruntime_max",
-                 "time_to_onnxruntime_parity_s")
+                 "time_to_onnxruntime_parity_s", "estimated_model_latency_ms", "residual_ms")

@@ -72,6 +72,14 @@ def test_periodic_and_final_measurements_vs_onnxruntime(embedding_run):
     hist = client.get_metric_history(s["mlflow_run_id"], "measured_latency_ms")
     assert [m.step for m in hist] == [p["round"] for p in points]
     assert client.get_metric_history(s["mlflow_run_id"], "measured_ratio_vs_onnxruntime")
+    # what the estimate misses, measured with each point; the rounds after the first point count it
+    for p in points:
+        assert p["same_time_model_ms"] > 0 and p["kernels_alone_ms"] > 0
+        assert p["residual_ms"] == pytest.approx(p["same_time_model_ms"] - p["kernels_alone_ms"])
+    residuals = client.get_metric_history(s["mlflow_run_id"], "residual_ms")  # + the final profile's, last
+    assert sorted(m.step for m in residuals) == [p["round"] for p in points] + [s["rounds"]]
+    est_model = client.get_metric_history(s["mlflow_run_id"], "estimated_model_latency_ms")
+    assert est_model and min(m.step for m in est_model) == points[0]["round"] + 1
     parity = s["time_to_onnxruntime_parity_s"]
     beat = [p["elapsed_s"] for p in points if p["ratio"] < 1] + ([s["elapsed_s"]] if mid < 1 else [])
     assert parity == (beat[0] if beat else None)  # the final measurement counts as the last point
@@ -85,6 +93,9 @@ def test_profile_accounts_for_the_models_time(embedding_run):
     assert {k["task"] for k in prof["kernels"] if k.get("task") is not None}  # kernels matched to tasks
     assert "profile.md" in os.listdir(d / "work" / "report")
     assert s["profile"]["model_ms"] == pytest.approx(prof["model_ms"])
+    # the final estimate counts what the kernels alone miss: the profile's residual
+    assert s["residual_source"] == "final profile" and s["residual_ms"] == pytest.approx(prof["gap_ms"])
+    assert s["estimated_model_latency_ms"] == pytest.approx(s["estimated_latency_ms"] + prof["gap_ms"])
     report = open(d / "work" / "report" / "report.md").read()
     assert "side by side" in report and "Where the model's time goes" in report
 
