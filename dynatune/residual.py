@@ -72,12 +72,12 @@ class TaskTimers:
         self.compiled = 0  # schedules compiled so far
 
     def timers(self, tasks, database) -> dict[int, object]:
-        import tvm
+        from tvm_ffi import structural_hash
 
         out = {}
         for t in tasks:
             mod = best_schedule(t, database, self.target)
-            key = tvm.ir.structural_hash(mod)
+            key = structural_hash(mod)
             if t.index not in self._built or self._built[t.index][0] != key:
                 self._built[t.index] = (key, schedule_timer(mod, self.target, self.device, self.block_ms))
                 self.compiled += 1
