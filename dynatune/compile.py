@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .errors import DynatuneError
-from .tasks import backend_passes, fuse_passes, uses_prepack
+from .tasks import Lowering, backend_passes, fuse_passes
 from .timing import time_side_by_side
 
 
@@ -61,10 +61,10 @@ class CompileReport:
         return asdict(self)
 
 
-def build(model, target, database=None, prepack: bool = True):
+def build(model, target, database=None, lowering: Lowering = Lowering()):
     """Relax executable for ``model``: tuned functions from ``database``, the rest default-scheduled.
 
-    ``prepack`` must be what the tasks were extracted with (:func:`dynatune.tasks.extract_tasks`).
+    ``lowering`` must be what the tasks were extracted with (:func:`dynatune.tasks.extract_tasks`).
     """
     import tvm
     from tvm import relax
@@ -72,11 +72,11 @@ def build(model, target, database=None, prepack: bool = True):
     from tvm.relax.transform import MetaScheduleApplyDatabase
 
     is_gpu = rp.BackendDispatcher.is_gpu_target(target)
-    prepack = uses_prepack(target, prepack)
+    prepack = lowering.prepacks(target)
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):
-        mod = tvm.transform.Sequential(fuse_passes(target, prepack))(mod)
+        mod = tvm.transform.Sequential(fuse_passes(target, lowering))(mod)
         if database is not None:
             mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
         if prepack:
@@ -211,13 +211,13 @@ def compare(outputs, reference, rel_tol: float = 1e-4) -> VerifyResult:
 
 def compile_and_verify(model, target, database, artifact_path: str, *, threads: int, rel_tol: float = 1e-4,
                        measure_untuned: bool = True, measure_onnxruntime: bool = True, seed: int = 0,
-                       repeat: int = 10, prepack: bool = True) -> CompileReport:
+                       repeat: int = 10, lowering: Lowering = Lowering()) -> CompileReport:
     import tvm
 
     from .target import target_device
 
     t0 = time.perf_counter()
-    ex = build(model, target, database, prepack)
+    ex = build(model, target, database, lowering)
     export(ex, artifact_path)
     compile_s = time.perf_counter() - t0
     dev = tvm.device(target_device(target), 0)
@@ -236,7 +236,7 @@ def compile_and_verify(model, target, database, artifact_path: str, *, threads: 
         (lat, std), ort_ms = time_vm(vm, model, inputs, dev, repeat=repeat), None
     untuned = None
     if measure_untuned:
-        vm0 = relax_vm(build(model, target, None, prepack), dev)
+        vm0 = relax_vm(build(model, target, None, lowering), dev)
         untuned = time_vm(vm0, model, inputs, dev, repeat=max(3, repeat // 3))[0]
     return CompileReport(artifact=os.path.abspath(artifact_path), latency_ms=lat, latency_std_ms=std,
                          untuned_latency_ms=untuned, onnxruntime_latency_ms=ort_ms,

@@ -31,6 +31,7 @@ import yaml
 
 from . import secrets
 from .errors import DynatuneError
+from .layout import CONV_LAYOUTS
 from .measure import MeasureConfig
 from .session import SearchConfig
 from .settings import (BAD, MAX_SEED, Checker, _clean, _describe, _join, _num, _short, field_checks,  # noqa: F401
@@ -75,6 +76,13 @@ class CompileSection:
     measure_onnxruntime: bool = True
     profile: bool = True  # per-kernel profile of the final model (report/profile.json, profile.md)
     prepack: bool = True  # CPU targets: tuned conv/dense/matmul kernels choose their weight layout
+    conv_layout: str = setting("auto", choices=CONV_LAYOUTS)  # auto: NHWC on CPU targets (dynatune.layout)
+
+    def lowering(self):
+        """How the model is lowered to tasks (extraction and compile share it)."""
+        from .tasks import Lowering
+
+        return Lowering(prepack=self.prepack, conv_layout=self.conv_layout)
 
 
 @dataclass

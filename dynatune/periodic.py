@@ -29,7 +29,7 @@ def interval_s(every_s: float | None, budget_s: float) -> float:
 class PeriodicMeasurement:
     def __init__(self, cfg, model, target, tuner, rounds: int = 3):
         self.every_s = interval_s(cfg.measure_every_s, cfg.budget_s)
-        self.prepack = cfg.compile.prepack
+        self.lowering = cfg.compile.lowering()
         self.model = model
         self.target = target
         self.tuner = tuner
@@ -58,7 +58,7 @@ class PeriodicMeasurement:
         session = self.tuner.session
         dev = tvm.device(target_device(self.target), 0)
         database = session.compile_database()
-        vm = relax_vm(build(self.model, self.target, database, self.prepack), dev)
+        vm = relax_vm(build(self.model, self.target, database, self.lowering), dev)
         inputs = self.model.random_inputs(0)
         if self._ort is None:
             self._ort, self._timers = onnxruntime_session(self.model, usable_cores()), TaskTimers(self.target, dev)

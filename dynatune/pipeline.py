@@ -46,7 +46,7 @@ def extract(model, cfg):
     from .target import make_target
 
     target = make_target(cfg.target)
-    tasks, hit = cached_extract(model, target, os.path.join(cfg.work_dir, "cache"), cfg.compile.prepack)
+    tasks, hit = cached_extract(model, target, os.path.join(cfg.work_dir, "cache"), cfg.compile.lowering())
     return target, tasks, hit
 
 
@@ -67,7 +67,7 @@ def compile_verify(model, target, database, cfg, artifact: str):
 
     return compile_and_verify(model, target, database, artifact, threads=usable_cores(),
                               rel_tol=cfg.compile.rel_tol, measure_untuned=cfg.compile.measure_untuned,
-                              measure_onnxruntime=cfg.compile.measure_onnxruntime, prepack=cfg.compile.prepack)
+                              measure_onnxruntime=cfg.compile.measure_onnxruntime, lowering=cfg.compile.lowering())
 
 
 @dataclass

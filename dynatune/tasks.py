@@ -12,6 +12,9 @@ layout it reads best; the compiler then repacks the weights once at compile time
 with prepacking and one tuned without have different keys for the same operator. The pass also renames
 the functions it marks (``fused_conv2d_add_relu`` becomes ``fused_conv2d_add_relu1``). GPU targets never
 prepack: MetaSchedule's CUDA postprocessors have no ``RewriteLayout``, and it is not verified there.
+
+Convolutions are converted to NHWC first on CPU targets (:mod:`dynatune.layout`). Both choices, and
+anything else that changes the tasks, are one :class:`Lowering`, which extraction and compilation share.
 """
 
 from __future__ import annotations
@@ -33,6 +36,24 @@ class Task:
                 "flops": self.flops}
 
 
+@dataclass(frozen=True)
+class Lowering:
+    """How the model is lowered to tasks; extraction and compilation must use the same one, or no task key
+    matches. From the config: ``compile.prepack`` and ``compile.conv_layout``."""
+
+    prepack: bool = True
+    conv_layout: str = "auto"
+
+    def prepacks(self, target) -> bool:
+        return uses_prepack(target, self.prepack)
+
+    def describe(self, target) -> str:
+        """What changes the tasks, resolved for ``target`` (part of the task cache's key)."""
+        from .layout import resolve_conv_layout
+
+        return f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
+
+
 def uses_prepack(target, prepack: bool = True) -> bool:
     """Whether weights are prepacked for ``target``: as asked on CPU targets, never on GPU targets."""
     from tvm.relax.pipeline import BackendDispatcher
@@ -40,17 +61,21 @@ def uses_prepack(target, prepack: bool = True) -> bool:
     return bool(prepack) and not BackendDispatcher.is_gpu_target(target)
 
 
-def fuse_passes(target, prepack: bool = True):
+def fuse_passes(target, lowering: Lowering = Lowering()):
     """The passes that turn the bound Relax module into fused TIR tasks.
 
     Extraction and compilation both use exactly this list, so a task's key in the tuning database always
     matches the function the compiler looks up. Batch norm is decomposed and folded into the preceding
-    convolution's epilogue first, so it costs no task of its own. With ``prepack`` (and a CPU target) the
-    fused functions carry their layout-free (weight) arguments.
+    convolution's epilogue first, so it costs no task of its own. Convolutions are converted to the
+    lowering's layout before anything else. With ``prepack`` (and a CPU target) the fused functions carry
+    their layout-free (weight) arguments.
     """
     from tvm import relax
 
-    passes = backend_passes(target, "library_dispatch_passes") + [
+    from .layout import conv_layout_passes, resolve_conv_layout
+
+    passes = conv_layout_passes(resolve_conv_layout(target, lowering.conv_layout))
+    passes += backend_passes(target, "library_dispatch_passes") + [
         relax.transform.DecomposeOpsForInference(),
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
@@ -58,7 +83,7 @@ def fuse_passes(target, prepack: bool = True):
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
     ]
-    if uses_prepack(target, prepack):
+    if lowering.prepacks(target):
         # weights must be visible as constants at the call sites (the pass recommends canonical bindings)
         passes += [relax.transform.CanonicalizeBindings(), relax.transform.AttachAttrLayoutFreeBuffers()]
     return passes
@@ -85,11 +110,11 @@ def backend_passes(target, name: str) -> list:
     return []
 
 
-def fuse(bound_mod, target, prepack: bool = True):
+def fuse(bound_mod, target, lowering: Lowering = Lowering()):
     import tvm
 
     with target, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(fuse_passes(target, prepack))(bound_mod)
+        return tvm.transform.Sequential(fuse_passes(target, lowering))(bound_mod)
 
 
 def task_key(mod) -> str:
@@ -98,15 +123,15 @@ def task_key(mod) -> str:
     return f"{structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-def extract_tasks(model, target, prepack: bool = True) -> list[Task]:
+def extract_tasks(model, target, lowering: Lowering = Lowering()) -> list[Task]:
     """Every tunable task of ``model`` for ``target``, heaviest (weight x FLOPs) first.
 
-    ``prepack`` must be what the compiler is given (:func:`dynatune.compile.build`), or no key matches.
+    ``lowering`` must be what the compiler is given (:func:`dynatune.compile.build`), or no key matches.
     """
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    fused = fuse(model.bound_module(), target, prepack)
+    fused = fuse(model.bound_module(), target, lowering)
     extracted = ms.relax_integration.extract_tasks(fused, target, module_equality="structural")
     tasks = []
     for ex in extracted:

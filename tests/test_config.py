@@ -64,7 +64,7 @@ def test_defaults(tmp_path):
             m.race_factor, m.timeout_s, m.cpu_cache_flush, m.rpc) == \
         (False, 5, 10, 1, 3, 10, 2, 0.02, 1.5, 30, False, None)
     assert (c.compile.verify, c.compile.rel_tol, c.compile.measure_untuned, c.compile.measure_onnxruntime,
-            c.compile.prepack) == (True, 1e-4, True, True, True)
+            c.compile.prepack, c.compile.conv_layout) == (True, 1e-4, True, True, True, "auto")
     assert c.work_dir == str(tmp_path / "runs" / "light_squeezenet")
     assert c.tracking.uri == f"sqlite:///{tmp_path}/runs/light_squeezenet/mlflow.db"
     assert c.tracking.experiment == "dynatune/light_squeezenet"
@@ -393,7 +393,8 @@ valid_config = opt(
                seed=st.integers(0, 2**32 - 1), build_timeout_s=pos_num()),
     measure=valid_measure,
     compile=opt(verify=st.booleans(), rel_tol=pos_num(1), measure_untuned=st.booleans(),
-                measure_onnxruntime=st.booleans(), prepack=st.booleans()),
+                measure_onnxruntime=st.booleans(), prepack=st.booleans(),
+                conv_layout=st.sampled_from(["auto", "NHWC", "NCHW"])),
     work_dir=name_text.map(lambda s: "w/" + s.replace("\x00", "")),
     tracking=opt(uri=st.none() | name_text, experiment=st.none() | name_text, run_name=st.none() | name_text,
                  tags=st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3)),

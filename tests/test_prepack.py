@@ -6,7 +6,7 @@ import re
 import pytest
 
 from dynatune.model import load_model
-from dynatune.tasks import extract_tasks, fuse, task_key, uses_prepack
+from dynatune.tasks import Lowering, extract_tasks, fuse, task_key, uses_prepack
 
 from helpers import make_tiny_onnx, randomized_light_model, run_in_plain_tvm
 
@@ -34,7 +34,7 @@ def test_conv_and_matmul_tasks_mark_their_weights(tiny):
 
 def test_without_prepack_tasks_are_as_before(tiny, cpu_target):
     model, tasks = tiny
-    plain = extract_tasks(model, cpu_target, prepack=False)
+    plain = extract_tasks(model, cpu_target, Lowering(prepack=False))
     assert all(layout_free(t) is None for t in plain)
     assert {t.key for t in plain}.isdisjoint(t.key for t in tasks)  # the attribute is part of the key
 
