@@ -15,11 +15,6 @@ Coverage pass: before slots compete, every task that was never tuned gets ONE sh
 at most ``warmup_share`` of the budget. A task's first batch brings it 10-60x below its naive default, so a short run must not leave
 tasks there. These rounds are recorded like any other (``phase: "warmup"``); the scheduler is not asked
 and its state does not change, and it decides every round after the pass.
-
-After the pass, a task the scheduler picks that was never tuned (the pass's share ran out before it)
-gets that same first batch, not a whole slot: a whole slot on a tiny task (a pooling, a concatenation)
-costs as much as one on the heaviest convolution, and its first batch already brings what it can.
-The scheduler decides again, with that batch's result, whether it deserves more.
 """
 
 from __future__ import annotations
@@ -187,12 +182,11 @@ class Tuner:
         if choice is None:
             self._all_retired = True
             return None
-        if phase == "warmup" or not self.session.state(choice).history:
+        if phase == "warmup":
             n = min(self.warmup_trials, self.session.search.trials_per_iter)
             res: RoundResult = self.session.tune(choice, trials=n, batch=n)
         else:
             res = self.session.tune(choice, seconds=min(self.slot_s, self.remaining_s()))
-        if phase == "scheduler":
             self.scheduler.after_round(ctx, choice)
         row = next((b for b in table if b.task == choice), None)
         self.run_state["elapsed_s"] = self.elapsed_s + res.wall_s
