@@ -36,6 +36,7 @@ from .measure import MeasureConfig
 from .session import SearchConfig
 from .settings import (BAD, MAX_SEED, Checker, _clean, _describe, _join, _num, _short, field_checks,  # noqa: F401
                        setting)
+from .tasks import Lowering
 
 
 _HINT = "fix the listed keys; configs/quickstart.yaml shows every key with its default"
@@ -75,13 +76,11 @@ class CompileSection:
     measure_untuned: bool = True
     measure_onnxruntime: bool = True
     profile: bool = True  # per-kernel profile of the final model (report/profile.json, profile.md)
-    prepack: bool = True  # CPU targets: tuned conv/dense/matmul kernels choose their weight layout
-    conv_layout: str = setting("auto", choices=CONV_LAYOUTS)  # auto: NHWC on CPU targets (dynatune.layout)
+    prepack: bool = Lowering.prepack  # CPU targets: tuned conv/dense/matmul kernels choose their weight layout
+    conv_layout: str = setting(Lowering.conv_layout, choices=CONV_LAYOUTS)  # auto: NHWC on CPU (dynatune.layout)
 
-    def lowering(self):
+    def lowering(self) -> Lowering:
         """How the model is lowered to tasks (extraction and compile share it)."""
-        from .tasks import Lowering
-
         return Lowering(prepack=self.prepack, conv_layout=self.conv_layout)
 
 
