@@ -45,28 +45,13 @@ def tune(repo: str, model: str, budget: float, work: str, measure_every: float |
 
 
 def time_fresh(model: str, artifact: str, rounds: int) -> dict:
-    """Time ``artifact`` vs ONNX Runtime in a fresh process (this file with --time-only)."""
-    out = subprocess.run([sys.executable, __file__, "--time-only", artifact, "--model", model,
-                          "--rounds", str(rounds)], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
-    if out.returncode != 0:
-        raise RuntimeError(f"timing failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def time_only(model_path: str, artifact: str, rounds: int) -> dict:
-    import tvm
-
-    from dynatune.compile import load, onnxruntime_session
+    """Time ``artifact`` vs ONNX Runtime in a fresh process (the run's own final timing does the same)."""
+    from dynatune.fresh_timing import time_in_fresh_process
     from dynatune.model import load_model
     from dynatune.target import usable_cores
-    from dynatune.timing import time_side_by_side
 
-    model = load_model(model_path, {})
-    dev = tvm.cpu(0)
-    vm = load(artifact, dev)
     threads = usable_cores()
-    t = time_side_by_side(vm, model, onnxruntime_session(model, threads), model.random_inputs(0), dev,
-                          rounds=rounds)
+    t = time_in_fresh_process(artifact, load_model(model, {}), threads=threads, rounds=rounds)
     return {"tvm_ms": t.tvm_median_ms, "onnxruntime_ms": t.ort_median_ms, "ratio": t.ratio_median,
             "ratio_spread": [t.ratio_min, t.ratio_max], "rounds": rounds, "threads": threads}
 
@@ -106,13 +91,9 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default="/tmp/dynatune-vs-ort")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "vs_onnxruntime.json"))
     ap.add_argument("--table", action="store_true", help="print the results file as a markdown table and exit")
-    ap.add_argument("--time-only", metavar="ARTIFACT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.table:
         print(table(json.load(open(args.out))))
-        return 0
-    if args.time_only:
-        print(json.dumps(time_only(args.model[0], args.time_only, args.rounds)))
         return 0
     if not args.model:
         ap.error("give at least one --model")

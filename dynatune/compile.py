@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .errors import DynatuneError
+from .fresh_timing import time_in_fresh_process
 from .tasks import Lowering, backend_passes, fuse_passes
-from .timing import time_side_by_side
 
 
 @dataclass
@@ -166,13 +166,15 @@ def time_vm(vm, model, inputs, device, repeat: int = 10, min_repeat_ms: int = 20
 
 
 def onnxruntime_session(model, threads: int):
-    """ONNX Runtime on the CPU with ``threads`` intra-op threads (the same count TVM gets)."""
+    """ONNX Runtime on the CPU with ``threads`` intra-op threads (the same count TVM gets); ``model``: a
+    :class:`~dynatune.model.Model` or an ONNX proto."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
-    return ort.InferenceSession(model.onnx_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    proto = getattr(model, "onnx_model", model)
+    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def onnxruntime_outputs(model, inputs, threads: int):
@@ -224,11 +226,12 @@ def compile_and_verify(model, target, database, artifact_path: str, *, threads: 
     vm = load(artifact_path, dev)
     inputs = model.random_inputs(seed)
     outs = run(vm, model, inputs, dev)
-    sess, ref = onnxruntime_outputs(model, inputs, threads)
+    _, ref = onnxruntime_outputs(model, inputs, threads)
     check = compare(outs, ref, rel_tol)
     side = {}
-    if measure_onnxruntime:  # latency_ms: the median of the TVM rounds
-        sbs = time_side_by_side(vm, model, sess, inputs, dev, rounds=repeat)
+    if measure_onnxruntime:  # latency_ms: the median of the TVM rounds, timed in a fresh process
+        sbs = time_in_fresh_process(artifact_path, model, device=target_device(target), threads=threads,
+                                    rounds=repeat, seed=seed)
         lat, std, ort_ms = sbs.tvm_median_ms, float(np.std(sbs.tvm_ms)), sbs.ort_median_ms
         side = dict(ratio_vs_onnxruntime=sbs.ratio_median, ratio_vs_onnxruntime_min=sbs.ratio_min,
                     ratio_vs_onnxruntime_max=sbs.ratio_max, side_by_side_rounds=len(sbs.tvm_ms))

@@ -55,16 +55,21 @@ class Model:
         return relax.transform.BindParams("main", dict(zip(weights, self.params)))(self.mod)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(seed)
-        out = {}
-        for i in self.inputs:
-            if i.dtype.startswith("float"):
-                out[i.name] = rng.standard_normal(i.shape).astype(i.dtype)
-            elif i.dtype == "bool":
-                out[i.name] = rng.integers(0, 2, i.shape).astype(bool)
-            else:
-                out[i.name] = rng.integers(0, 8, i.shape).astype(i.dtype)
-        return out
+        return random_inputs(self.inputs, seed)
+
+
+def random_inputs(inputs: list[ModelInput], seed: int = 0) -> dict[str, np.ndarray]:
+    """Reproducible inputs: normal floats, indices in [0, 8)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in inputs:
+        if i.dtype.startswith("float"):
+            out[i.name] = rng.standard_normal(i.shape).astype(i.dtype)
+        elif i.dtype == "bool":
+            out[i.name] = rng.integers(0, 2, i.shape).astype(bool)
+        else:
+            out[i.name] = rng.integers(0, 8, i.shape).astype(i.dtype)
+    return out
 
 
 def file_sha256(path: str) -> str:
@@ -138,14 +143,22 @@ def load_model(path: str, shapes: dict[str, tuple[int, ...]] | None = None, name
     return model
 
 
-def _import_model(path: str, shapes, name) -> Model:
+def runtime_proto(path: str):
+    """The ONNX file as ONNX Runtime and the importer get it: weights listed as inputs (legacy ONNX) dropped."""
     proto = load_onnx_proto(path)
-    shapes = dict(shapes or {})
     graph = proto.graph
     real = _real_inputs(graph)
-    if len(real) != len(graph.input):  # drop weights listed as inputs (legacy ONNX)
+    if len(real) != len(graph.input):
         del graph.input[:]
         graph.input.extend(real)
+    return proto
+
+
+def _import_model(path: str, shapes, name) -> Model:
+    proto = runtime_proto(path)
+    shapes = dict(shapes or {})
+    graph = proto.graph
+    real = list(graph.input)
     known = [i.name for i in real]
     unknown = [n for n in shapes if n not in known]
     if unknown:

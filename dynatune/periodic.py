@@ -1,6 +1,7 @@
 """Periodic whole-model measurement: every few minutes of tuning, compile the model with the best
-schedules so far and time it beside ONNX Runtime, so a run shows what its users would get at that point
-(the estimate, Σ weight × task latency, leaves out what runs between kernels). Each task's best schedule
+schedules so far and time it beside ONNX Runtime in a fresh process (:mod:`dynatune.fresh_timing`), so a
+run shows what its users would get at that point (the estimate, Σ weight × task latency, leaves out what
+runs between kernels). Each task's best schedule
 is also timed alone in the same rounds as the model, which gives the residual the estimate misses
 (:mod:`dynatune.residual`); the rounds after it report the estimate plus that residual.
 
@@ -11,6 +12,7 @@ The points are kept in the run's state, so a resumed run goes on from its last o
 
 from __future__ import annotations
 
+import os
 import time
 
 from .callbacks import ModelMeasurement
@@ -35,7 +37,6 @@ class PeriodicMeasurement:
         self.tuner = tuner
         self.rounds = rounds
         self.points: list[dict] = tuner.run_state.setdefault("measurements", [])
-        self._ort = None
         self._timers = None
 
     def due(self) -> bool:
@@ -47,23 +48,29 @@ class PeriodicMeasurement:
         return self.tuner.elapsed_s - last >= self.every_s
 
     def measure(self) -> ModelMeasurement:
+        import tempfile
+
         import tvm
 
-        from .compile import build, onnxruntime_session, relax_vm
+        from .compile import build, export, relax_vm
+        from .fresh_timing import time_in_fresh_process
         from .residual import TaskTimers, measure_residual
-        from .target import target_device, usable_cores
-        from .timing import time_side_by_side, vm_block_timer
+        from .target import target_device
+        from .timing import vm_block_timer
 
         t0 = time.perf_counter()
         session = self.tuner.session
-        dev = tvm.device(target_device(self.target), 0)
+        device = target_device(self.target)
+        dev = tvm.device(device, 0)
         database = session.compile_database()
-        vm = relax_vm(build(self.model, self.target, database, self.lowering), dev)
-        inputs = self.model.random_inputs(0)
-        if self._ort is None:
-            self._ort, self._timers = onnxruntime_session(self.model, usable_cores()), TaskTimers(self.target, dev)
-        timing = time_side_by_side(vm, self.model, self._ort, inputs, dev, rounds=self.rounds)
-        residual = measure_residual(vm_block_timer(vm, self.model, inputs, dev, 200.0),
+        executable = build(self.model, self.target, database, self.lowering)
+        with tempfile.TemporaryDirectory(prefix="dynatune-periodic-") as tmp:
+            timing = time_in_fresh_process(export(executable, os.path.join(tmp, "model.so")), self.model,
+                                           device=device, rounds=self.rounds)
+        if self._timers is None:
+            self._timers = TaskTimers(self.target, dev)
+        vm = relax_vm(executable, dev)  # the residual: the model and its tasks alone, both TVM, in this process
+        residual = measure_residual(vm_block_timer(vm, self.model.random_inputs(0), dev, 200.0),
                                     self._timers.timers(session.tasks, database), session.tasks, self.rounds)
         m = ModelMeasurement(round=max(0, self.tuner.rounds_done - 1), elapsed_s=self.tuner.elapsed_s,
                              latency_ms=timing.tvm_median_ms, onnxruntime_ms=timing.ort_median_ms,

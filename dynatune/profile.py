@@ -147,7 +147,7 @@ def profile_model(executable_or_path, model, session, *, rounds: int = 3, block_
     dev = tvm.device(target_device(session.target), 0)
     inputs = model.random_inputs(seed)
     plain, instrumented = make_vm(executable_or_path, dev), make_vm(executable_or_path, dev)
-    model_block = vm_block_timer(plain, model, inputs, dev, block_ms)
+    model_block = vm_block_timer(plain, inputs, dev, block_ms)
     timers = TaskTimers(session.target, dev, task_block_ms).timers(session.tasks, session.compile_database())
     model_ms, runs, alone = [], [], defaultdict(list)
     for _ in range(rounds):  # the model, its calls and the tasks alone, all in each round

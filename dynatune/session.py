@@ -229,6 +229,9 @@ class TuningSession:
             return self._contexts[i]
         from tvm.s_tir import meta_schedule as ms
 
+        from .intrinsics import import_tensor_intrinsics
+
+        import_tensor_intrinsics()  # before TuneContext imports it, slowly
         t = self.tasks[i]
         s = self.search
         strategy = ms.search_strategy.EvolutionarySearch(

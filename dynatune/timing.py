@@ -72,11 +72,12 @@ def block_timer(make_evaluator, args, block_ms: float):
     return lambda: float(f(*args).results[0]) * 1e3
 
 
-def vm_block_timer(vm, model, inputs, device, block_ms: float):
-    """A callable timing one block of model runs (``invoke_stateful``, inputs set once)."""
+def vm_block_timer(vm, inputs, device, block_ms: float):
+    """A callable timing one block of model runs (``invoke_stateful``, inputs set once); ``inputs``: name ->
+    array, in the model's input order (as ``Model.random_inputs`` makes them)."""
     import tvm
 
-    vm.set_input("main", *[tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs])
+    vm.set_input("main", *[tvm.runtime.tensor(a, device) for a in inputs.values()])
     return block_timer(lambda number, min_ms: vm.time_evaluator("invoke_stateful", device, number=number,
                                                                   repeat=1, min_repeat_ms=min_ms),
                        ("main",), block_ms)
@@ -117,9 +118,11 @@ def alternate(first, second, rounds: int, pause_s: float = 0.0) -> tuple[list[fl
     return a, b
 
 
-def time_side_by_side(vm, model, sess, inputs, device, rounds: int = 7, block_ms: float = 200.0,
+def time_side_by_side(vm, sess, inputs, device, rounds: int = 7, block_ms: float = 200.0,
                       pause_s: float = 0.05) -> SideBySide:
-    """Time the compiled model (``vm``) and ONNX Runtime (``sess``) in alternating blocks on ``inputs``."""
-    tvm_ms, ort_ms = alternate(vm_block_timer(vm, model, inputs, device, block_ms),
+    """Time the compiled model (``vm``) and ONNX Runtime (``sess``) in alternating blocks on ``inputs``
+    (in the model's input order). The tuning process should time in a fresh process instead
+    (:mod:`dynatune.fresh_timing`)."""
+    tvm_ms, ort_ms = alternate(vm_block_timer(vm, inputs, device, block_ms),
                                ort_block_timer(sess, inputs, block_ms), rounds, pause_s)
     return SideBySide(tvm_ms, ort_ms)

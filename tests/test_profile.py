@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from dynatune.compile import build, compile_and_verify, export, onnxruntime_outputs, relax_vm
+from dynatune.errors import DynatuneError
+from dynatune.fresh_timing import time_in_fresh_process
 from dynatune.model import load_model
 from dynatune.profile import make_vm, write_profile
 from dynatune.session import TuningSession
@@ -38,7 +40,7 @@ def test_side_by_side_with_onnxruntime(tiny, cpu_target):
     vm = relax_vm(build(model, cpu_target, None), dev)
     inputs = model.random_inputs(0)
     sess, _ = onnxruntime_outputs(model, inputs, threads=2)
-    sbs = time_side_by_side(vm, model, sess, inputs, dev, rounds=3, block_ms=30)
+    sbs = time_side_by_side(vm, sess, inputs, dev, rounds=3, block_ms=30)
     assert len(sbs.tvm_ms) == len(sbs.ort_ms) == len(sbs.ratios) == 3
     assert all(0 < x < 100 for x in sbs.tvm_ms + sbs.ort_ms)
     assert sbs.ratios == pytest.approx([t / o for t, o in zip(sbs.tvm_ms, sbs.ort_ms)])
@@ -51,6 +53,16 @@ def test_side_by_side_with_onnxruntime(tiny, cpu_target):
     assert rep.numerics_ok and rep.side_by_side_rounds == 3
     assert rep.ratio_vs_onnxruntime_min <= rep.ratio_vs_onnxruntime <= rep.ratio_vs_onnxruntime_max
     assert rep.latency_ms > 0 and rep.onnxruntime_latency_ms > 0
+
+
+def test_fresh_process_timing_and_a_bad_artifact_is_a_one_line_error(tiny, cpu_target, tmp_path):
+    model, _, _ = tiny
+    path = export(build(model, cpu_target, None), str(tmp_path / "model.so"))
+    sbs = time_in_fresh_process(path, model, threads=1, rounds=2, block_ms=20)
+    assert len(sbs.tvm_ms) == len(sbs.ort_ms) == 2 and all(x > 0 for x in sbs.tvm_ms + sbs.ort_ms)
+    with pytest.raises(DynatuneError, match="missing.so against ONNX Runtime failed") as err:
+        time_in_fresh_process(str(tmp_path / "missing.so"), model, rounds=1)
+    assert "\n" not in str(err.value)
 
 
 def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_path):
