@@ -15,6 +15,12 @@ Coverage pass: before slots compete, every task that was never tuned gets ONE sh
 at most ``warmup_share`` of the budget. A task's first batch brings it 10-60x below its naive default, so a short run must not leave
 tasks there. These rounds are recorded like any other (``phase: "warmup"``); the scheduler is not asked
 and its state does not change, and it decides every round after the pass.
+
+When the pass's share runs out before every task got its batch, a task the scheduler then picks that was
+never tuned gets that same first batch, not a whole slot: a whole slot on a tiny task (a pooling, a
+concatenation) costs as much as one on the heaviest convolution, and its first batch already brings
+most of what it can. The scheduler decides again, with that batch's result. With the pass off
+(``warmup_share`` 0) the scheduler alone decides, in whole slots.
 """
 
 from __future__ import annotations
@@ -154,6 +160,10 @@ class Tuner:
 
         return max(todo, key=lambda t: (weighted_default(t), t.weight * t.flops, -t.index)).index
 
+    def _first_batch_only(self, task: int) -> bool:
+        """The scheduler picked a task the coverage pass did not reach: it gets its first batch, not a slot."""
+        return self.warmup_share > 0 and not self.session.state(task).history
+
     def residual_s(self) -> float | None:
         """What the estimate misses, from the last periodic measurement (:mod:`dynatune.periodic`) that
         measured it; None before the first."""
@@ -182,11 +192,12 @@ class Tuner:
         if choice is None:
             self._all_retired = True
             return None
-        if phase == "warmup":
+        if phase == "warmup" or self._first_batch_only(choice):
             n = min(self.warmup_trials, self.session.search.trials_per_iter)
             res: RoundResult = self.session.tune(choice, trials=n, batch=n)
         else:
             res = self.session.tune(choice, seconds=min(self.slot_s, self.remaining_s()))
+        if phase == "scheduler":
             self.scheduler.after_round(ctx, choice)
         row = next((b for b in table if b.task == choice), None)
         self.run_state["elapsed_s"] = self.elapsed_s + res.wall_s

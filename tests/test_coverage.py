@@ -23,9 +23,9 @@ def tiny(tmp_path_factory, cpu_target):
     return extract_tasks(model, cpu_target)
 
 
-def _tuner(tasks, target, work, share, budget=600.0):
+def _tuner(tasks, target, work, share, budget=600.0, scheduler="dynatune", slot_s=2.0):
     session = TuningSession(tasks, target, str(work), search=SMALL, measure=FAST)
-    tuner = Tuner(session, "dynatune", budget_s=budget, slot_s=2.0, warmup_share=share)
+    tuner = Tuner(session, scheduler, budget_s=budget, slot_s=slot_s, warmup_share=share)
     tuner.prepare()
     return tuner
 
@@ -65,5 +65,24 @@ def test_share_zero_is_the_scheduler_alone(tiny, cpu_target, tmp_path):
     tuner = _tuner(tiny, cpu_target, tmp_path, share=0.0)
     try:
         assert tuner.warmup_choice() is None
+    finally:
+        tuner.close()
+
+
+def test_a_task_the_pass_did_not_reach_gets_a_first_batch_when_the_scheduler_picks_it(tiny, cpu_target, tmp_path):
+    """The pass's share runs out after one task; then each never-tuned task the scheduler picks gets one
+    first batch, and a task picked again gets a whole slot; the scheduler's state moves on every round."""
+    tuner = _tuner(tiny, cpu_target, tmp_path, share=1e-4, scheduler="round_robin", slot_s=3.0)
+    try:
+        assert tuner.step().phase == "warmup"
+        batches = {}
+        for _ in range(len(tiny) + 1):
+            state = dict(tuner.scheduler.state_dict())
+            tuned_before = bool(tuner.session.state(tuner.scheduler.choose(tuner.context())).history)
+            rec = tuner.step()
+            assert rec.phase == "scheduler" and tuner.scheduler.state_dict() != state
+            batches.setdefault(tuned_before, []).append(rec.result["trials"])
+        assert batches[False] and all(n <= SMALL.trials_per_iter for n in batches[False])  # one first batch
+        assert batches[True] and all(n > SMALL.trials_per_iter for n in batches[True])  # whole slots
     finally:
         tuner.close()
