@@ -38,10 +38,12 @@ class SearchConfig:
     """Evolutionary-search settings sized for small budgets on few cores (the config's ``search:``)."""
 
     trials_per_iter: int = setting(16, ge=1)
-    population_size: int = setting(128, ge=8)
+    # a lean search: on 2 cores a population of 128 evolved twice took 60 % of the tuning time, and 64 evolved
+    # once reached 1.4x lower latencies in the same seconds (bench/search_cost.py, BENCHMARKS.md)
+    population_size: int = setting(64, ge=8)
     init_measured_ratio: float = setting(0.2, ge=0, le=1)
-    init_min_unmeasured: int = setting(32, ge=0)
-    genetic_num_iters: int = setting(2, ge=0)
+    init_min_unmeasured: int = setting(16, ge=0)
+    genetic_num_iters: int = setting(1, ge=0)
     genetic_mutate_prob: float = setting(0.85, ge=0, le=1)
     eps_greedy: float = setting(0.05, ge=0, le=1)
     max_trials_per_task: int = setting(10_000, ge=1)

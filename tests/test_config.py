@@ -58,7 +58,7 @@ def test_defaults(tmp_path):
     s = c.search
     assert (s.trials_per_iter, s.population_size, s.genetic_num_iters, s.eps_greedy, s.cost_model,
             s.contextual_exploration, s.max_trials_per_task, s.seed, s.build_timeout_s) == \
-        (16, 128, 2, 0.05, "xgb", False, 10000, 0, 15)
+        (16, 64, 1, 0.05, "xgb", False, 10000, 0, 15)
     m = c.measure
     assert (m.adaptive, m.repeat, m.min_repeat_ms, m.number, m.min_repeats, m.max_repeats, m.batch, m.rel_tol,
             m.race_factor, m.timeout_s, m.cpu_cache_flush, m.rpc) == \
@@ -283,7 +283,7 @@ def test_the_engines_dataclasses_are_the_config_sections():
     s, m = c.search, c.measure
     assert type(s) is SearchConfig and type(m) is MeasureConfig  # no copies to drift apart
     assert (s.trials_per_iter, s.cost_model, s.seed, s.population_size, s.build_timeout_s) == \
-        (4, "ensemble", 7, 128, 15.0)
+        (4, "ensemble", 7, 64, 15.0)
     assert m.adaptive and m.max_repeats == 20 and m.repeat_cap == 20 and m.rel_tol == 0.05
     assert m.rpc == {"tracker_host": "h", "tracker_port": 9190, "tracker_key": "k"}
 
