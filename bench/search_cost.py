@@ -1,7 +1,8 @@
 """How much of a slot the evolutionary search itself takes, and what a cheaper search or larger batches
 buy: tune the model's heaviest tasks alone, for the same tuning seconds, under several search settings.
 
-    python bench/search_cost.py [--model M] [--seconds 60] [--seeds 2] [--tasks 2]
+    python bench/search_cost.py [--model M] [--seconds 60] [--seeds 2] [--tasks 2] [--variants a,b]
+        [--trials-per-iter N] [--out FILE]
 
 In a README main job (light squeezenet, 240 s, batches of 8), generating the candidates (sampling,
 evolution and the cost model's feature extraction) took 165 of 259 tuning seconds; building took 64 and
@@ -61,6 +62,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--tasks", type=int, default=2, help="the N heaviest tasks (weight x FLOPs)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
+    ap.add_argument("--trials-per-iter", type=int, default=QUICKSTART["trials_per_iter"],
+                    help="batch size of every variant that does not set its own")
     ap.add_argument("--work", default="/tmp/dynatune-search-cost")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "search_cost.json"))
     args = ap.parse_args(argv)
@@ -81,8 +85,9 @@ def main(argv=None) -> int:
     rows = []
     for seed in range(args.seeds):
         for t in heavy:
-            for name, over in VARIANTS.items():
-                search = SearchConfig(**{**QUICKSTART, **over, "seed": seed})
+            for name in args.variants.split(","):
+                base = {**QUICKSTART, "trials_per_iter": args.trials_per_iter}
+                search = SearchConfig(**{**base, **VARIANTS[name], "seed": seed})
                 run = curve_run(tasks, target, t.index, search, measure, args.seconds,
                                 os.path.join(args.work, f"{seed}-{t.index}-{name.replace(' ', '_')}"))
                 row = {"variant": name, "seed": seed, "task": t.name, **run,
