@@ -23,12 +23,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-VARIANTS = {  # SearchConfig fields over the quickstart's
-    "quickstart": {},
+VARIANTS = {  # SearchConfig fields over OLD_SEARCH
+    "old search": {},
     "lean search": {"population_size": 64, "genetic_num_iters": 1, "init_min_unmeasured": 16},
     "batches of 16": {"trials_per_iter": 16},
 }
-QUICKSTART = {"trials_per_iter": 8, "population_size": 128, "init_min_unmeasured": 32, "genetic_num_iters": 2}
+# the quickstart's search before session 8 (the results of 2026-11-23 call this variant "quickstart")
+OLD_SEARCH = {"trials_per_iter": 8, "population_size": 128, "init_min_unmeasured": 32, "genetic_num_iters": 2}
 
 
 def curve_run(tasks, target, task: int, search, measure, seconds: float, work: str, slot_s: float = 15.0) -> dict:
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--tasks", type=int, default=2, help="the N heaviest tasks (weight x FLOPs)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
-    ap.add_argument("--trials-per-iter", type=int, default=QUICKSTART["trials_per_iter"],
+    ap.add_argument("--trials-per-iter", type=int, default=OLD_SEARCH["trials_per_iter"],
                     help="batch size of every variant that does not set its own")
     ap.add_argument("--work", default="/tmp/dynatune-search-cost")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "search_cost.json"))
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
     for seed in range(args.seeds):
         for t in heavy:
             for name in args.variants.split(","):
-                base = {**QUICKSTART, "trials_per_iter": args.trials_per_iter}
+                base = {**OLD_SEARCH, "trials_per_iter": args.trials_per_iter}
                 search = SearchConfig(**{**base, **VARIANTS[name], "seed": seed})
                 run = curve_run(tasks, target, t.index, search, measure, args.seconds,
                                 os.path.join(args.work, f"{seed}-{t.index}-{name.replace(' ', '_')}"))
