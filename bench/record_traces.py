@@ -1,71 +1,54 @@
-"""Record per-task tuning traces for the replay benchmark.
+"""Record per-task tuning traces for the replay benchmark, several search seeds per task; resumable.
 
-Each task of the model is tuned alone, batch after batch, for ``--seconds-per-task`` seconds; after every
-batch we record (tuning seconds so far, trials so far, best latency so far). The traces are committed as
-data (``dynatune/data/traces/<model>.json``) and replayed by ``dynatune bench replay``.
+Each task of the model is tuned alone, batch after batch, for ``--seconds-per-task`` seconds, once per
+seed; after every batch we record (tuning seconds so far, trials so far, best latency so far). The model's
+tasks are those a run extracts (same lowering, search and measurement settings as ``--config``). The
+traces are committed as data (``dynatune/data/traces/<model>.json``) and replayed by ``dynatune bench replay``.
 
-    python bench/record_traces.py ../shared/models/squeezenet1_1.onnx --seconds-per-task 30
+Run it again with the same arguments to go on where it stopped (after a kill too): the document is written
+after every task, and each seed's session lives in ``--work-root``/<model>/seed<N>.
+
+    python bench/record_traces.py ../shared/models/squeezenet1_1.onnx --seeds 0 1 2 --seconds-per-task 20
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import sys
-import tempfile
-import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from dynatune.model import load_model, parse_shape  # noqa: E402
-from dynatune.session import SearchConfig, TuningSession  # noqa: E402
-from dynatune.target import describe, make_target  # noqa: E402
-from dynatune.tasks import extract_tasks  # noqa: E402
+from dynatune.config import load_config  # noqa: E402
+from dynatune.errors import DynatuneError  # noqa: E402
+from dynatune.model import parse_shape  # noqa: E402
+from dynatune.traces import TRACE_DIR, record, traces_per_task  # noqa: E402
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("model")
+    ap.add_argument("models", nargs="+")
     ap.add_argument("--shape", action="append", default=[])
-    ap.add_argument("--seconds-per-task", type=float, default=30.0)
+    ap.add_argument("--config", default=None, help="run config whose search/measure/compile settings to use")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seconds-per-task", type=float, default=20.0)
     ap.add_argument("--trials-per-iter", type=int, default=8)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
-    target = make_target()
-    model = load_model(args.model, dict(parse_shape(s) for s in args.shape))
-    tasks = extract_tasks(model, target)
-    out = args.out or os.path.join(os.path.dirname(__file__), "..", "dynatune", "data", "traces",
-                                   model.name + ".json")
-    work = tempfile.mkdtemp(prefix="trace-")
-    sess = TuningSession(tasks, target, work, search=SearchConfig(trials_per_iter=args.trials_per_iter))
-    sess.warm_up()  # one-off imports and worker pools: not part of the first task's trace
-    defaults = sess.measure_defaults()
-    rows = []
-    t_all = time.time()
-    for t in tasks:
-        trace = [[0.0, 0, defaults[t.index]]]
-        spent = 0.0
-        while spent < args.seconds_per_task:
-            r = sess.tune(t.index, trials=args.trials_per_iter)
-            spent += r.wall_s
-            trace.append([round(spent, 3), trace[-1][1] + r.trials, min(r.best_after_s, defaults[t.index])])
-            if r.exhausted:
-                break
-        rows.append({**t.as_dict(), "default_s": defaults[t.index], "trace": trace})
-        print(f"{t.name}: {defaults[t.index]*1e3:.3f} -> {trace[-1][2]*1e3:.3f} ms in {spent:.0f}s",
-              flush=True)
-    sess.close()
-    doc = {"model": model.name, "sha256": model.sha256, "target": describe(target),
-           "machine": f"{platform.machine()} {os.cpu_count()} cores", "date": datetime.date.today().isoformat(),
-           "seconds_per_task": args.seconds_per_task, "trials_per_iter": args.trials_per_iter,
-           "record_wall_s": round(time.time() - t_all, 1), "tasks": rows}
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=1)
-    print("wrote", out)
+    ap.add_argument("--out-dir", default=TRACE_DIR)
+    ap.add_argument("--work-root", default=os.path.join(os.path.expanduser("~"), ".cache", "dynatune", "traces"))
+    args = ap.parse_args(argv)
+    try:
+        for path in args.models:
+            cfg = load_config(args.config, [f"search.trials_per_iter={args.trials_per_iter}"], model=path,
+                              shapes=dict(parse_shape(s) for s in args.shape) or None)
+            name = os.path.splitext(os.path.basename(path))[0]
+            doc = record(cfg, args.seeds, args.seconds_per_task, os.path.join(args.out_dir, name + ".json"),
+                         os.path.join(args.work_root, name), log=lambda m: print(m, flush=True))
+            print(f"{name}: {traces_per_task(doc)} traces per task", flush=True)
+    except DynatuneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Recorded tuning traces: the documents the replay benchmark reads, and the resumable recorder.
+
+A trace document (``dynatune/data/traces/<model>.json``) holds, per task, one trace per search seed::
+
+    {"model": ..., "format": 2, "seeds": [0, 1, 2], "seconds_per_task": 20, "trials_per_iter": 8, ...,
+     "tasks": [{"index", "name", "key", "weight", "flops",
+                "traces": [{"seed": 0, "default_s": ..., "trace": [[seconds, trials, best_s], ...]}, ...]}]}
+
+with ``trace[0] = [0, 0, default_s]``: a task tuned alone, batch after batch, and its best latency after
+each batch. Several seeds put search luck into the data: the replay draws one trace per task per replay
+seed (:func:`draw`). Format 1 (one ``trace`` per task, sessions 1-3) is read as one seed.
+
+:func:`record` is resumable: it writes the document after every task, skips (seed, task) pairs already
+in it, and continues a half-tuned task from its seed's work directory, so recording can go on in chunks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import glob
+import json
+import os
+import platform
+import random
+
+from .errors import DynatuneError
+from .files import atomic_write_json
+
+TRACE_DIR = os.path.join(os.path.dirname(__file__), "data", "traces")
+# what must match for a document to be continued rather than replaced
+SETTINGS = ("sha256", "target", "seconds_per_task", "trials_per_iter", "lowering", "search")
+
+
+def load_traces(path_or_name: str) -> dict:
+    """A trace document from a path, or from a model name in ``dynatune/data/traces/``."""
+    path = path_or_name
+    if not os.path.exists(path):
+        path = os.path.join(TRACE_DIR, os.path.basename(path_or_name).removesuffix(".json") + ".json")
+    if not os.path.exists(path):
+        raise DynatuneError(f"no traces for {path_or_name!r}", "available: " + (", ".join(available_traces())
+                                                                              or "none recorded yet"))
+    with open(path) as f:
+        doc = json.load(f)
+    if not doc.get("tasks"):
+        raise DynatuneError(f"trace file {path} has no tasks", "re-record it with bench/record_traces.py")
+    return doc
+
+
+def available_traces() -> list[str]:
+    return sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(TRACE_DIR, "*.json")))
+
+
+def task_traces(row: dict) -> list[dict]:
+    """A task's recorded traces, ``[{"seed", "default_s", "trace"}]`` (format 1: its one trace, seed 0)."""
+    if "traces" in row:
+        return row["traces"]
+    return [{"seed": 0, "default_s": row["default_s"], "trace": row["trace"]}]
+
+
+def traces_per_task(doc: dict) -> int:
+    """The fewest traces any task has (what a replay can draw from for every task)."""
+    return min(len(task_traces(r)) for r in doc["tasks"])
+
+
+def draw(doc: dict, rng: random.Random | None) -> dict:
+    """A single-trace document: one recorded trace per task, chosen by ``rng`` (None: the first of each)."""
+    tasks = []
+    for r in doc["tasks"]:
+        options = task_traces(r)
+        pick = options[0] if rng is None else rng.choice(options)
+        meta = {k: v for k, v in r.items() if k not in ("traces", "trace", "default_s")}
+        tasks.append({**meta, "default_s": pick["default_s"], "trace": pick["trace"], "seed": pick["seed"]})
+    return {**{k: v for k, v in doc.items() if k != "tasks"}, "tasks": tasks}
+
+
+# -- recording --------------------------------------------------------------------------------------
+def record(cfg, seeds, seconds_per_task: float, out: str, work_root: str, log=print) -> dict:
+    """Record ``seeds`` x every task of ``cfg``'s model into ``out`` (continued if it is there).
+
+    ``cfg``: a run config (its model, target, lowering, search and measure settings; ``search.seed`` is
+    replaced by each seed). Each seed tunes in ``<work_root>/seed<N>``: one session per seed, tasks one after
+    another, so its cost model learns across tasks as in a run. Returns the document.
+    """
+    from .pipeline import extract, load_model
+
+    model = load_model(cfg)
+    target, tasks, _ = extract(model, cfg)
+    head = {"model": model.name, "sha256": model.sha256, "target": _describe(target), "seconds_per_task": float(seconds_per_task),
+            "trials_per_iter": cfg.search.trials_per_iter, "lowering": dataclasses.asdict(cfg.compile.lowering()),
+            "search": {k: v for k, v in dataclasses.asdict(cfg.search).items() if k != "seed"}}
+    doc = _continued(out, head, tasks)
+    for seed in seeds:
+        todo = [t for t in tasks if seed not in {x["seed"] for x in task_traces(doc["tasks"][t.index])}]
+        if todo:
+            _record_seed(cfg, target, tasks, todo, seed, seconds_per_task, doc, out, work_root, log)
+    return doc
+
+
+def _describe(target) -> str:
+    from .target import describe
+
+    return describe(target)
+
+
+def _continued(out: str, head: dict, tasks) -> dict:
+    if not os.path.exists(out):
+        return {**head, "format": 2, "seeds": [], "machine": f"{platform.machine()} {os.cpu_count()} cores",
+                "tasks": [{**t.as_dict(), "traces": []} for t in tasks]}
+    with open(out) as f:
+        doc = json.load(f)
+    differ = [k for k in SETTINGS if doc.get(k) != head[k]]
+    if doc.get("format") != 2 or differ or [r["key"] for r in doc["tasks"]] != [t.key for t in tasks]:
+        raise DynatuneError(f"{out} was recorded with other settings ({', '.join(differ) or 'format or tasks'})",
+                            "give another --out, or delete it to start over")
+    return doc
+
+
+def _record_seed(cfg, target, tasks, todo, seed, seconds_per_task, doc, out, work_root, log) -> None:
+    from .session import TuningSession
+
+    search = dataclasses.replace(cfg.search, seed=seed)
+    sess = TuningSession(tasks, target, os.path.join(work_root, f"seed{seed}"), search=search, measure=cfg.measure)
+    try:
+        sess.warm_up()  # one-off imports and worker pools: not part of the first task's trace
+        defaults = sess.measure_defaults()
+        for t in todo:
+            st = sess.state(t.index)
+            while st.seconds < seconds_per_task and not st.exhausted:
+                if sess.tune(t.index, trials=search.trials_per_iter).exhausted:
+                    break
+            trace = [[0.0, 0, defaults[t.index]]] + [list(p) for p in st.history]
+            doc["tasks"][t.index]["traces"].append({"seed": seed, "default_s": defaults[t.index], "trace": trace})
+            doc["seeds"] = sorted(set(doc["seeds"]) | {seed})
+            doc["date"] = datetime.date.today().isoformat()
+            atomic_write_json(out, doc)
+            log(f"seed {seed} {t.name}: {defaults[t.index] * 1e3:.3f} -> {sess.best_latency(t.index) * 1e3:.3f} "
+                f"ms in {st.seconds:.0f} s, {st.trials} trials")
+    finally:
+        sess.close()
