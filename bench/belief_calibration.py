@@ -1,54 +1,45 @@
-"""How well do DynaTune's beliefs predict the next slot's gain on the recorded traces?
+"""How well do the belief models predict the next slot's gain on the recorded traces? Old (curves) vs new
+(headroom), on every recorded seed's traces.
 
-Replays round-robin over each model's whole recorded time and, before every slot after a task's first,
-asks the belief model for the predicted weighted gain (mean, std) of that slot; then compares with the
-gain the trace realised. Prints the rank correlation (Spearman) of the predicted mean with the realised
-gain, the same for plain weighted latency (what the gradient rule's best/n term ranks by), the share of
-slots that gained nothing, and how often the realised gain was <= mean + 2 std.
+Replays round-robin over each model's whole recorded time, once per recorded seed, and before every slot
+asks each belief model for the predicted weighted gain (mean, std) of that slot; then compares with the
+gain the trace realised (:mod:`dynatune.belief_calibration`). Reports, per model and belief model, over
+the slots after each task's first: the rank correlation (Spearman) of the predicted mean with the realised
+gain, the same with both averaged over the seeds at each (task, slot number), plain weighted latency's
+rank correlation, the coverage of ``mean +- 2 std`` and the share of slots that gained nothing.
 
-    python bench/belief_calibration.py
+    python bench/belief_calibration.py        # writes bench/results/belief_calibration.json
 """
+import json
 import os
 import sys
 
-import numpy as np
-from scipy.stats import spearmanr
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dynatune.beliefs import BeliefModel  # noqa: E402
-from dynatune.replay import available_traces, default_slot, load_traces, replay, total_trace_seconds  # noqa: E402
-from dynatune.schedulers import make_scheduler  # noqa: E402
-from dynatune.schedulers.base import Scheduler  # noqa: E402
+from dynatune.belief_calibration import calibration_scores, seed_rows  # noqa: E402
+from dynatune.beliefs import BELIEFS, make_beliefs  # noqa: E402
+from dynatune.traces import available_traces, load_traces, recorded_seeds  # noqa: E402
 
 
-class Probe(Scheduler):
-    """Round-robin that records (predicted mean, std, weighted latency, realised gain, visits) per slot."""
-
-    def __init__(self):
-        super().__init__()
-        self.rr, self.model, self.rows, self.pending = make_scheduler("round_robin"), BeliefModel(), [], None
-
-    def choose(self, ctx):
-        if self.pending:
-            i, mean, std, wl, before = self.pending
-            t = ctx.tasks[i]
-            self.rows.append((mean, std, wl, t.weight * (before - t.best_s), t.visits))
-        i = self.rr.pick(ctx)
-        if i is None:
-            return None
-        t = ctx.tasks[i]
-        self.model.observe(ctx.tasks, ctx.slot_s)
-        mean, std, _ = self.model.predict(t, ctx.slot_s)
-        self.pending = (i, mean, std, t.weight * t.best_s, t.best_s)
-        return i
+def main() -> None:
+    out = {}
+    for m in available_traces():
+        doc = load_traces(m)
+        seeds = recorded_seeds(doc)
+        out[m] = {"seeds": seeds, "roofline": doc.get("roofline")}
+        for name in BELIEFS:
+            s = calibration_scores(seed_rows(doc, lambda name=name: make_beliefs(name), seeds))
+            out[m][name] = s
+            print(f"{m:18s} {name:9s} slots {s['slots']:4d}  spearman {_f(s['spearman'])}  "
+                  f"seed-mean {_f(s['spearman_seed_mean'])}  weighted latency {_f(s['spearman_weighted_latency'])}  "
+                  f"coverage {_f(s['coverage'])}  zero-gain {_f(s['zero_gain_share'])}", flush=True)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "belief_calibration.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
 
 
-for m in available_traces():
-    doc = load_traces(m)
-    probe = Probe()
-    replay(doc, probe, total_trace_seconds(doc), default_slot(doc))
-    r = np.array([row for row in probe.rows if row[4] >= 2])  # slots after a task's first
-    mean, std, wl, gain = r[:, 0], r[:, 1], r[:, 2], r[:, 3]
-    print(f"{m:18s} slots {len(r):4d}  spearman(belief mean, gain) {spearmanr(mean, gain)[0]:5.2f}  "
-          f"spearman(weighted latency, gain) {spearmanr(wl, gain)[0]:5.2f}  "
-          f"zero-gain slots {np.mean(gain == 0):.2f}  gain <= mean+2std {np.mean(gain <= mean + 2 * std):.2f}")
+def _f(x) -> str:
+    return "  n/a" if x is None else f"{x:5.2f}"
+
+
+if __name__ == "__main__":
+    main()

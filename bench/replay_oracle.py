@@ -1,29 +1,35 @@
-"""How much better than the gradient rule can ANY task scheduler be on the recorded traces?
+"""How much better than the gradient rule can ANY task scheduler be on the recorded traces, and how much of
+that does DynaTune capture?
 
 A clairvoyant scheduler that reads the future off the traces: each round it gives the slot to the task
 whose next 1..LOOK slots (replayed exactly as the replay does) drop the weighted latency fastest per
 second; when no task gains within LOOK slots it shares slots by weighted latency per visit. It is an upper
 reference, not a bound in the strict sense (greedy lookahead is not optimal), but no scheduler that only
-sees the past can expect to beat it by much. Same TTQ definition as ``dynatune bench replay``.
+sees the past can expect to beat it by much.
 
-    python bench/replay_oracle.py            # writes bench/results/replay_oracle.json
+It runs inside ``dynatune bench replay``'s benchmark, on the same draws of traces (one recorded trace per
+task per replay seed) and the same TTQ definition. Per budget and rtol it reports the share of the
+clairvoyant's advantage over gradient that DynaTune captures, per draw
+``(TTQ_gradient - TTQ_dynatune) / (TTQ_gradient - TTQ_clairvoyant)`` (draws where the clairvoyant saves
+under 1 % of gradient's time are left out), as median and interquartile range, and the share of the median
+ratios ``(median r_dynatune - 1) / (median r_clairvoyant - 1)``.
+
+    python bench/replay_oracle.py [--draws 20] [--rtol 0 0.02]   # writes bench/results/replay_oracle.json
 """
+import argparse
 import json
 import math
 import os
-import statistics
 import sys
 from bisect import bisect_right
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dynatune.replay import (available_traces, default_slot, load_traces, replay, running_bests,  # noqa: E402
-                             slot_end, time_to_quality, total_trace_seconds)
-from dynatune.schedulers import make_scheduler  # noqa: E402
+from dynatune.replay import running_bests, slot_end, ttq_ratio  # noqa: E402
+from dynatune.replay_bench import run_replay_benchmark, spread  # noqa: E402
 from dynatune.schedulers.base import Scheduler  # noqa: E402
 
 LOOK = 5
 BUDGETS = (0.25, 0.5, 1.0)
-HORIZON = 3.0
 
 
 class Clairvoyant(Scheduler):
@@ -55,38 +61,45 @@ class Clairvoyant(Scheduler):
         return max(alive, key=lambda t: (t.weight * t.best_s / max(t.visits, 1), -t.index)).index
 
 
-def main():
-    out, ratios = [], {str(f): [] for f in BUDGETS}
-    for m in available_traces():
-        doc = load_traces(m)
-        slot, total = default_slot(doc), total_trace_seconds(doc)
-        rows = []
-        for frac in BUDGETS:
-            budget = frac * total
-            target = replay(doc, make_scheduler("gradient"), budget, slot).final
-            ttq = {}
-            for name in ("gradient", "round_robin", "dynatune", "clairvoyant"):
-                sch = Clairvoyant(doc, slot) if name == "clairvoyant" else make_scheduler(name)
-                res = replay(doc, sch, HORIZON * budget, slot, stop_at=target, stop_after_s=budget)
-                ttq[name] = min(time_to_quality(res.curve, target), HORIZON * budget)
-            r = {"fraction": frac, "budget_s": budget, "ttq_s": ttq,
-                 "clairvoyant_vs_gradient": ttq["gradient"] / ttq["clairvoyant"],
-                 "clairvoyant_vs_round_robin": ttq["round_robin"] / ttq["clairvoyant"],
-                 "dynatune_vs_gradient": ttq["gradient"] / ttq["dynatune"]}
-            ratios[str(frac)].append(r)
-            rows.append(r)
-            print(f"{m:18s} {frac:5.2f}  " + "  ".join(f"{k} {v:7.1f}" for k, v in ttq.items())
-                  + f"   clairvoyant vs gradient {r['clairvoyant_vs_gradient']:.2f}"
-                  f" vs round-robin {r['clairvoyant_vs_round_robin']:.2f}")
-        out.append({"model": m, "budgets": rows})
+def captured_share(row: dict, rtol: str):
+    """Share of the clairvoyant's time saved over gradient that DynaTune saves too, on one draw and budget."""
+    t = row["ttq_s"][rtol]
+    saved = t["gradient"] - t["clairvoyant"]
+    return None if saved <= 0.01 * t["gradient"] else (t["gradient"] - t["dynatune"]) / saved
 
-    summary = {f: {k: statistics.median([r[k] for r in rs]) for k in
-                   ("clairvoyant_vs_gradient", "clairvoyant_vs_round_robin", "dynatune_vs_gradient")}
-               for f, rs in ratios.items()}
-    print("medians over models:", json.dumps(summary))
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "replay_oracle.json")
-    with open(path, "w") as f:
-        json.dump({"look": LOOK, "horizon": HORIZON, "models": out, "medians": summary}, f, indent=1)
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", nargs="*", help="trace files or recorded model names (default: all recorded)")
+    ap.add_argument("--draws", type=int, default=20)
+    ap.add_argument("--rtol", type=float, nargs="+", default=[0.0, 0.02])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                  "replay_oracle.json"))
+    args = ap.parse_args(argv)
+    res = run_replay_benchmark(models=args.models or None, budgets=BUDGETS, schedulers=("dynatune", "gradient", "round_robin"),
+                               rtols=args.rtol, draws=args.draws,
+                               factories={"clairvoyant": lambda doc, slot: Clairvoyant(doc, slot)})
+    shares = {}
+    for r in map(str, args.rtol):
+        shares[r] = {}
+        for j, frac in enumerate(BUDGETS):
+            rows = [d[j] for m in res["models"] for d in m["draws"]]
+            ratio = {name: spread(ttq_ratio(row["ttq_s"][r]["gradient"], row["ttq_s"][r][name],
+                                            res["horizon"] * row["budget_s"]) for row in rows)
+                     for name in ("dynatune", "clairvoyant")}
+            c, d = ratio["clairvoyant"]["median"], ratio["dynatune"]["median"]
+            shares[r][str(frac)] = {"captured_share": spread(captured_share(row, r) for row in rows),
+                                    "share_of_median_ratios": (d - 1) / (c - 1) if c and c > 1.01 else None,
+                                    "vs_gradient": ratio}
+            print(f"rtol {r} budget {frac}: clairvoyant {c:.2f}x, DynaTune {d:.2f}x sooner than gradient; "
+                  f"captured share {_fmt(shares[r][str(frac)]['captured_share'])}", flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"look": LOOK, "draws": args.draws, "traces_per_task": res["traces_per_task"],
+                   "models": [m["model"] for m in res["models"]], "shares": shares}, f, indent=1)
+
+
+def _fmt(s):
+    return "n/a" if s["median"] is None else f"{s['median']:.2f} [{s['q1']:.2f}, {s['q3']:.2f}] (n={s['n']})"
 
 
 if __name__ == "__main__":

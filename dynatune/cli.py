@@ -263,13 +263,14 @@ def cmd_serve(args) -> int:
 # -- bench --------------------------------------------------------------------------------------------
 def cmd_bench(args) -> int:
     if args.bench == "replay":
-        from .replay import run_replay_benchmark
+        from .replay_bench import run_replay_benchmark, summary_lines
 
-        res = run_replay_benchmark(models=args.models or None)
+        res = run_replay_benchmark(models=args.models or None, budgets=args.budgets, rtols=args.rtol,
+                                   draws=args.draws)
         if args.json:
             _print_json(res)
         else:
-            print(json.dumps(res, indent=1))
+            print("\n".join(summary_lines(res)))
         return 0
     if args.bench == "live":
         from .livebench import main as live_main
@@ -341,6 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     br = bench.add_parser("replay", help="the schedulers replayed on recorded tuning traces")
     br.add_argument("--json", action="store_true", help="one JSON object on stdout")
     br.add_argument("--models", nargs="*", help="recorded models to replay (default: all)")
+    br.add_argument("--rtol", type=float, nargs="+", default=[0.0, 0.02],
+                    help="quality-target tolerances: reach gradient's final objective x (1 + rtol) (default 0 0.02)")
+    br.add_argument("--draws", type=int, default=20, help="draws of one trace per task, per model (default 20)")
+    br.add_argument("--budgets", type=float, nargs="+", default=[0.25, 0.5, 1.0],
+                    help="budgets as fractions of the recorded time (default 0.25 0.5 1)")
     br.set_defaults(func=cmd_bench)
     bench.add_parser("live", help="the schedulers tuning live, same budget (`dynatune bench live --help`)")
     return p

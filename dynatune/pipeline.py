@@ -97,6 +97,7 @@ class TuningRun:
         self._lock = None
 
     def __enter__(self) -> "TuningRun":
+        from .roofline import machine_roofline
         from .session import TuningSession
         from .tuner import Tuner, check_same_run
 
@@ -119,7 +120,8 @@ class TuningRun:
                 self.warm_start = warm_start(self.session, cfg.warm_start)
             self.tuner = Tuner(self.session, cfg.scheduler.name, budget_s=cfg.budget_s, slot_s=cfg.slot_s,
                                seed=cfg.scheduler.seed, scheduler_params=cfg.scheduler.params,
-                               warmup_share=cfg.warmup_share, warmup_trials=cfg.warmup_trials)
+                               warmup_share=cfg.warmup_share, warmup_trials=cfg.warmup_trials,
+                               roofline=machine_roofline(self.target))
             atomic_write_json(os.path.join(cfg.work_dir, "tasks.json"), [t.as_dict() for t in self.tasks])
             self.untuned_estimate_s = steps.prepare(self.tuner)
         except BaseException:

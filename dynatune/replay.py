@@ -17,51 +17,22 @@ earlier because its search space was exhausted; in the second case the task beco
 its trace is used up (``exhaust_at_end=None``, the default). ``True`` exhausts every task at the end of
 its trace, ``False`` none.
 
-Benchmark (:func:`run_replay_benchmark`): for each model and budget fraction ``f`` of the total recorded
-time ``T = sum of per-task trace lengths``, the gradient scheduler (MetaSchedule's default) runs for
-``B = f T``; its final objective ``Q`` is the quality target. Every scheduler then runs (up to
-``horizon x B``) and its time-to-quality TTQ is the first elapsed time at which its objective <= Q.
-The ratios ``TTQ_gradient / TTQ_dynatune`` and ``TTQ_round_robin / TTQ_dynatune`` (> 1: DynaTune is
-faster; a target never reached counts as ``horizon x B``, listed under ``censored``) are summarised by
-their medians over models.
+A trace document may hold several traces per task (one per search seed, :mod:`dynatune.traces`); the
+replay plays one per task: give it ``traces.draw(doc, rng)``, or the whole document for the first of each.
+The benchmark over draws is :mod:`dynatune.replay_bench`.
 """
 
 from __future__ import annotations
 
-import glob
-import json
 import math
-import os
 import statistics
 import time
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from .errors import DynatuneError
-from .schedulers import make_scheduler
 from .schedulers.base import RoundContext, TaskView, running_best
-
-TRACE_DIR = os.path.join(os.path.dirname(__file__), "data", "traces")
-BENCH_SCHEDULERS = ("dynatune", "gradient", "round_robin", "greedy", "random")
-
-
-def load_traces(path_or_name: str) -> dict:
-    """A trace document from a path, or from a model name in ``dynatune/data/traces/``."""
-    path = path_or_name
-    if not os.path.exists(path):
-        path = os.path.join(TRACE_DIR, os.path.basename(path_or_name).removesuffix(".json") + ".json")
-    if not os.path.exists(path):
-        raise DynatuneError(f"no traces for {path_or_name!r}", "available: " + (", ".join(available_traces())
-                                                                              or "none recorded yet"))
-    with open(path) as f:
-        doc = json.load(f)
-    if not doc.get("tasks"):
-        raise DynatuneError(f"trace file {path} has no tasks", "re-record it with bench/record_traces.py")
-    return doc
-
-
-def available_traces() -> list[str]:
-    return sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(TRACE_DIR, "*.json")))
+from .traces import draw, task_bound, task_traces
 
 
 class _ReplayTask(TaskView):
@@ -87,7 +58,10 @@ class ReplayResult:
 
 
 def _tasks_of(traces) -> list[dict]:
-    return traces["tasks"] if isinstance(traces, dict) else list(traces)
+    rows = traces["tasks"] if isinstance(traces, dict) else list(traces)
+    if any("trace" not in r for r in rows):  # several traces per task: replay the first of each
+        rows = draw({"tasks": rows}, None)["tasks"]
+    return rows
 
 
 def _ends_early(traces, row) -> bool:
@@ -119,7 +93,8 @@ def replay(traces, scheduler, budget_s: float, slot_s: float, *, exhaust_at_end:
     for k, r in enumerate(rows):
         default = float(r["default_s"])
         t = _ReplayTask(int(r.get("index", k)), r.get("name", f"task{k}"), r.get("key", str(k)),
-                        int(r.get("weight", 1)), float(r.get("flops", 0.0)), default)
+                        int(r.get("weight", 1)), float(r.get("flops", 0.0)), default,
+                        bound_s=task_bound(traces, r))
         t._best = default
         tasks.append(t)
         tr = r["trace"]
@@ -193,12 +168,16 @@ def objective_at(curve, t: float) -> float:
 
 
 def total_trace_seconds(traces) -> float:
-    return math.fsum(float(r["trace"][-1][0]) for r in _tasks_of(traces))
+    """Recorded tuning seconds of the model: per task, the mean length of its traces, summed."""
+    return math.fsum(statistics.fmean(float(x["trace"][-1][0]) for x in task_traces(r))
+                     for r in (traces["tasks"] if isinstance(traces, dict) else traces))
 
 
 def default_slot(traces) -> float:
-    """The median spacing of recorded trace points (one recorded step per slot)."""
-    steps = [float(r["trace"][-1][0]) / (len(r["trace"]) - 1) for r in _tasks_of(traces) if len(r["trace"]) > 1]
+    """The median spacing of recorded trace points (one recorded step per slot), over every trace."""
+    steps = [float(x["trace"][-1][0]) / (len(x["trace"]) - 1)
+             for r in (traces["tasks"] if isinstance(traces, dict) else traces)
+             for x in task_traces(r) if len(x["trace"]) > 1]
     return statistics.median(steps) if steps else 1.0
 
 
@@ -206,70 +185,3 @@ def ttq_ratio(a: float, b: float, cap: float):
     """TTQ ratio a / b; a TTQ never reached counts as ``cap`` (the run's horizon), None if undefined."""
     a, b = min(a, cap), min(b, cap)
     return None if b == 0 else a / b
-
-
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def _json_num(x):
-    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
-
-
-def run_replay_benchmark(models=None, budgets=(0.25, 0.5, 1.0), slot_s: float | None = None,
-                         schedulers=BENCH_SCHEDULERS, horizon: float = 3.0, seed: int = 0,
-                         params: dict | None = None, rtol: float = 0.0) -> dict:
-    """TTQ of every scheduler to the gradient scheduler's final quality, per model and budget fraction.
-
-    ``models``: names, paths or already-loaded trace documents (default: every recorded trace).
-    ``slot_s``: slot length (default: per model, the median spacing of its trace points).
-    ``params``: optional ``{scheduler: {param: value}}``. ``rtol``: the quality target is
-    ``Q x (1 + rtol)`` (0: exactly gradient's final objective, down to its last micro-gain).
-    Returns a JSON-able dict.
-    """
-    if models is None:
-        models = available_traces()
-        if not models:
-            raise DynatuneError("no recorded traces in " + TRACE_DIR, "record some with bench/record_traces.py")
-    params = params or {}
-    schedulers = list(dict.fromkeys(["gradient", "dynatune", "round_robin", *schedulers]))
-    out_models = []
-    for m in models:
-        doc = m if isinstance(m, dict) else load_traces(m)
-        slot = slot_s or default_slot(doc)
-        total = total_trace_seconds(doc)
-        rows = []
-        for frac in budgets:
-            budget = frac * total
-            ref = replay(doc, make_scheduler("gradient", seed, **params.get("gradient", {})), budget, slot)
-            target = ref.final * (1.0 + rtol)
-            ttq, final, dec = {}, {}, {}
-            for name in schedulers:
-                sch = make_scheduler(name, seed, **params.get(name, {}))
-                res = replay(doc, sch, horizon * budget, slot, stop_at=target, stop_after_s=budget)
-                ttq[name] = time_to_quality(res.curve, target)
-                final[name] = objective_at(res.curve, budget)
-                dec[name] = res.decision_s_per_round
-            rows.append({
-                "fraction": frac, "budget_s": budget, "target_s": target,
-                "ttq_s": {k: _json_num(v) for k, v in ttq.items()},
-                "objective_at_budget_s": final, "decision_s_per_round": dec,
-                "censored": [k for k, v in ttq.items() if math.isinf(v)],  # never reached: TTQ counted as horizon
-                "ttq_vs_gradient": ttq_ratio(ttq["gradient"], ttq["dynatune"], horizon * budget),
-                "ttq_vs_round_robin": ttq_ratio(ttq["round_robin"], ttq["dynatune"], horizon * budget),
-            })
-        out_models.append({"model": doc.get("model", "?"), "n_tasks": len(doc["tasks"]), "total_s": total,
-                           "slot_s": slot, "untuned_s": ref.curve[0][1], "skipped_tasks": ref.skipped,
-                           "budgets": rows})
-    per_budget = {}
-    for j, frac in enumerate(budgets):
-        per_budget[str(frac)] = {
-            "ttq_vs_gradient": _median(m["budgets"][j]["ttq_vs_gradient"] for m in out_models),
-            "ttq_vs_round_robin": _median(m["budgets"][j]["ttq_vs_round_robin"] for m in out_models),
-        }
-    full = str(max(budgets))
-    return {"schedulers": schedulers, "budgets": list(budgets), "horizon": horizon, "seed": seed, "rtol": rtol,
-            "models": out_models, "per_budget": per_budget,
-            "ttq_vs_gradient": per_budget[full]["ttq_vs_gradient"],
-            "ttq_vs_round_robin": per_budget[full]["ttq_vs_round_robin"]}

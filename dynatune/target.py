@@ -76,3 +76,31 @@ def describe(target) -> str:
     if kind == "llvm":
         return f"llvm/{target.attrs.get('mcpu', 'generic')}/{target.attrs.get('num-cores', '?')}c"
     return str(kind) + (f"/{target.attrs['arch']}" if "arch" in target.attrs else "")
+
+
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "amx_tile", "asimd", "sve")
+
+
+def cpu_model_and_isa() -> tuple[str, list[str]]:
+    """This CPU's model name and its ISA features that change code generation (from /proc/cpuinfo)."""
+    import platform
+
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and name in ("", platform.machine()):
+                    name = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return name, [f for f in ISA_FLAGS if f in flags]
+
+
+def machine_fingerprint(target) -> str:
+    """What a measured latency is valid for: the target (kind, mcpu, cores), the CPU model and its ISA."""
+    name, isa = cpu_model_and_isa()
+    return f"{describe(target)}|{name}|{'+'.join(isa)}"

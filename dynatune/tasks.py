@@ -32,8 +32,10 @@ class Task:
     mod: object = field(repr=False, compare=False)  # tvm.IRModule holding the PrimFunc as "main"
 
     def as_dict(self) -> dict:
+        from .roofline import compulsory_bytes
+
         return {"index": self.index, "name": self.name, "key": self.key, "weight": self.weight,
-                "flops": self.flops}
+                "flops": self.flops, "bytes": compulsory_bytes(self.mod) if self.mod is not None else 0.0}
 
 
 @dataclass(frozen=True)

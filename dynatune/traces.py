@@ -58,20 +58,38 @@ def task_traces(row: dict) -> list[dict]:
     return [{"seed": 0, "default_s": row["default_s"], "trace": row["trace"]}]
 
 
+def recorded_seeds(doc: dict) -> list[int]:
+    return sorted({x["seed"] for r in doc["tasks"] for x in task_traces(r)})
+
+
 def traces_per_task(doc: dict) -> int:
     """The fewest traces any task has (what a replay can draw from for every task)."""
     return min(len(task_traces(r)) for r in doc["tasks"])
 
 
-def draw(doc: dict, rng: random.Random | None) -> dict:
-    """A single-trace document: one recorded trace per task, chosen by ``rng`` (None: the first of each)."""
+def draw(doc: dict, rng: random.Random | None, seed: int | None = None) -> dict:
+    """A single-trace document: one recorded trace per task, chosen by ``rng`` (None: the first of each, or
+    the one recorded with search ``seed`` where the task has it)."""
     tasks = []
     for r in doc["tasks"]:
         options = task_traces(r)
         pick = options[0] if rng is None else rng.choice(options)
+        if seed is not None:
+            pick = next((x for x in options if x["seed"] == seed), pick)
         meta = {k: v for k, v in r.items() if k not in ("traces", "trace", "default_s")}
         tasks.append({**meta, "default_s": pick["default_s"], "trace": pick["trace"], "seed": pick["seed"]})
     return {**{k: v for k, v in doc.items() if k != "tasks"}, "tasks": tasks}
+
+
+def task_bound(doc, row: dict) -> float:
+    """A task's roofline bound (s) on the recording machine: its own ``bound_s``, else from its FLOPs and
+    bytes at the document's ``roofline`` (0: unknown)."""
+    if row.get("bound_s"):
+        return float(row["bound_s"])
+    roof = doc.get("roofline") if isinstance(doc, dict) else None
+    if not roof:
+        return 0.0
+    return max(float(row.get("flops", 0.0)) / roof["peak_flops"], float(row.get("bytes", 0.0)) / roof["bandwidth"])
 
 
 # -- recording --------------------------------------------------------------------------------------
@@ -94,7 +112,20 @@ def record(cfg, seeds, seconds_per_task: float, out: str, work_root: str, log=pr
         todo = [t for t in tasks if seed not in {x["seed"] for x in task_traces(doc["tasks"][t.index])}]
         if todo:
             _record_seed(cfg, target, tasks, todo, seed, seconds_per_task, doc, out, work_root, log)
+    if "roofline" not in doc or any("bytes" not in r for r in doc["tasks"]):
+        _add_roofline(doc, tasks, target)  # after the tuning: measured on quiet cores
+        atomic_write_json(out, doc)
     return doc
+
+
+def _add_roofline(doc: dict, tasks, target) -> None:
+    """The recording machine's roofline, and each task's compulsory bytes (for the tasks' bounds)."""
+    from .roofline import compulsory_bytes, machine_roofline
+
+    roof = machine_roofline(target)
+    doc["roofline"] = roof.as_dict() if roof is not None else None
+    for row, t in zip(doc["tasks"], tasks):
+        row["bytes"] = compulsory_bytes(t.mod)
 
 
 def _describe(target) -> str:

@@ -68,7 +68,8 @@ class RoundRecord:
 class Tuner:
     def __init__(self, session: TuningSession, scheduler_name: str, *, budget_s: float, slot_s: float,
                  seed: int = 0, scheduler_params: dict | None = None, warmup_share: float = 0.0,
-                 warmup_trials: int = 8):
+                 warmup_trials: int = 8, roofline=None):
+        """``roofline``: this machine's (:mod:`dynatune.roofline`), for each task's latency bound (None: unknown)."""
         self.session = session
         self.tasks = session.tasks
         self.budget_s = budget_s
@@ -88,6 +89,7 @@ class Tuner:
         if self.run_state.get("scheduler_state"):
             self.scheduler.load_state_dict(self.run_state["scheduler_state"])
         self._writer = JsonlWriter(self.rounds_path)
+        self.bounds = task_bounds(self.tasks, roofline)
 
     # -- state -----------------------------------------------------------------------------------
     def _load_run_state(self) -> dict:
@@ -133,7 +135,7 @@ class Tuner:
             hist = [(h[0], h[1], h[2] if h[2] is not None else default) for h in st.history]
             views.append(TaskView(t.index, t.name, t.key, t.weight, t.flops,
                                   default if math.isfinite(default) else 0.0, hist,
-                                  self.session.retirement.is_retired(st, best)))
+                                  self.session.retirement.is_retired(st, best), self.bounds[t.index]))
         return RoundContext(views, self.rounds_done, self.slot_s, self.elapsed_s, self.budget_s)
 
     def remaining_s(self) -> float:
@@ -251,3 +253,12 @@ def check_same_run(work_dir: str, config_hash: str) -> None:
     if prev and prev != config_hash:
         raise DynatuneError(f"work directory {work_dir} holds a run of a different config",
                             "use another --work-dir for a different model, target, scheduler or search")
+
+
+def task_bounds(tasks, roofline) -> dict[int, float]:
+    """Each task's roofline bound (s) on this machine: its FLOPs and compulsory bytes (0: no roofline)."""
+    from .roofline import compulsory_bytes
+
+    if roofline is None:
+        return {t.index: 0.0 for t in tasks}
+    return {t.index: roofline.bound_s(t.flops, compulsory_bytes(t.mod)) for t in tasks}

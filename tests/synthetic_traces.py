@@ -45,3 +45,33 @@ def synthetic_traces(n_tasks: int = 20, n_heavy: int = 3, seed: int = 0, seconds
         tasks.append({"index": i, "name": name, "key": f"k{i}", "weight": weight, "flops": 1e6,
                       "default_s": default, "trace": trace, "heavy": heavy})
     return {"model": model, "seconds_per_task": seconds, "tasks": tasks}
+
+
+def staircase_traces(n_tasks: int = 24, seed: int = 0, slots: int = 12, step_s: float = 3.0, p0: float = 0.6,
+                     gamma: float = 0.6, u=(2.0, 3.0), kinds=None) -> dict:
+    """Staircase curves with KNOWN headroom: the model :mod:`dynatune.beliefs.headroom` assumes.
+
+    Each task has a roofline ``bound_s``; its kind's attainable fraction ``phi`` sets its floor
+    ``bound / phi``. The first batch takes it from its default (20-60x the floor) to 1.5-4x the floor;
+    after that its k-th slot jumps with probability ``p0 k^-gamma`` by a ``Beta(*u)`` fraction of the
+    headroom left. Every task is traced for ``slots`` slots.
+    """
+    rng = np.random.default_rng(seed)
+    kinds = kinds or {"conv2d": 0.6, "matmul": 0.4, "max": 0.15}
+    names = list(kinds)
+    tasks = []
+    for i in range(n_tasks):
+        kind = names[i % len(names)]
+        bound = float(rng.uniform(1e-5, 1e-3))
+        floor = bound / kinds[kind]
+        default = floor * rng.uniform(20, 60)
+        best = floor * rng.uniform(1.5, 4.0)
+        trace = [[0.0, 0, default], [step_s, 8, best]]
+        for k in range(2, slots + 1):
+            if rng.random() < min(p0 * k ** -gamma, 1.0):
+                best -= rng.beta(*u) * (best - floor)
+            trace.append([k * step_s, 8 * k, best])
+        tasks.append({"index": i, "name": f"fused_{kind}{i}_add{i}", "key": f"k{i}",
+                      "weight": int(rng.integers(1, 4)), "flops": 0.0, "bound_s": bound, "floor_s": floor,
+                      "default_s": default, "trace": trace})
+    return {"model": f"staircase{seed}", "seconds_per_task": slots * step_s, "tasks": tasks}

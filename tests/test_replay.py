@@ -7,8 +7,9 @@ import pytest
 from synthetic_traces import synthetic_traces
 
 from dynatune.errors import DynatuneError
-from dynatune.replay import (default_slot, load_traces, objective_at, replay, run_replay_benchmark,
-                             time_to_quality, total_trace_seconds)
+from dynatune.replay import default_slot, objective_at, replay, time_to_quality, total_trace_seconds
+from dynatune.replay_bench import run_replay_benchmark, spread, summary_lines
+from dynatune.traces import draw, load_traces, traces_per_task
 from dynatune.schedulers import SCHEDULERS, make_scheduler
 from dynatune.schedulers.base import RoundContext, Scheduler
 
@@ -103,26 +104,55 @@ def test_dynatune_reaches_gradient_quality_no_later_than_round_robin(seed):
     assert math.isfinite(ttq["dynatune"])
 
 
-def test_benchmark_summary_is_json_and_complete():
-    docs = [synthetic_traces(n_tasks=10, n_heavy=2, seed=s, model=f"syn{s}") for s in range(2)]
-    out = run_replay_benchmark(docs, budgets=(0.5, 1.0))
+def multi_seed(doc_seeds, model="syn"):
+    """One document with a trace per seed for each task (the recorder's format 2)."""
+    docs = [synthetic_traces(n_tasks=10, n_heavy=2, seed=s, model=model) for s in doc_seeds]
+    tasks = []
+    for k, row in enumerate(docs[0]["tasks"]):
+        meta = {x: row[x] for x in ("index", "name", "key", "weight", "flops")}
+        tasks.append({**meta, "traces": [{"seed": s, "default_s": d["tasks"][k]["default_s"],
+                                          "trace": d["tasks"][k]["trace"]} for s, d in zip(doc_seeds, docs)]})
+    return {"model": model, "format": 2, "seeds": list(doc_seeds), "tasks": tasks}
+
+
+def test_draws_pick_one_trace_per_task_and_differ_between_replay_seeds():
+    import random
+
+    doc = multi_seed([0, 1, 2])
+    assert traces_per_task(doc) == 3
+    picks = {tuple(r["seed"] for r in draw(doc, random.Random(d))["tasks"]) for d in range(10)}
+    assert len(picks) > 1 and all(set(p) <= {0, 1, 2} for p in picks)
+    first = draw(doc, None)
+    assert all(r["seed"] == 0 and "trace" in r and "traces" not in r for r in first["tasks"])
+    assert replay(doc, make_scheduler("round_robin"), 50, 3.0).curve == replay(first, make_scheduler("round_robin"),
+                                                                              50, 3.0).curve
+
+
+def test_benchmark_summary_over_draws_is_json_and_complete():
+    docs = [multi_seed([0, 1, 2], "syn0"), multi_seed([3, 4], "syn1")]
+    out = run_replay_benchmark(docs, budgets=(0.5, 1.0), draws=6, rtols=(0.0, 0.02))
     json.dumps(out, allow_nan=False)
+    assert out["traces_per_task"] == 2 and out["draws"] == 6
     assert [m["model"] for m in out["models"]] == ["syn0", "syn1"]
-    row = out["models"][0]["budgets"][1]
-    assert row["fraction"] == 1.0 and row["ttq_s"]["gradient"] <= row["budget_s"] + 1e-9
-    assert set(row["ttq_s"]) == set(SCHEDULERS)
-    assert out["ttq_vs_gradient"] == out["per_budget"]["1.0"]["ttq_vs_gradient"]
+    assert len(out["models"][0]["draws"]) == 6
+    row = out["models"][0]["draws"][0][1]
+    assert row["fraction"] == 1.0 and set(row["ttq_s"]) == {"0.0", "0.02"}
+    assert set(row["ttq_s"]["0.0"]) == set(SCHEDULERS)
+    assert row["ttq_s"]["0.0"]["gradient"] <= row["budget_s"] + 1e-9
+    for sch in SCHEDULERS:  # a looser target is reached no later
+        assert row["ttq_s"]["0.02"][sch] <= row["ttq_s"]["0.0"][sch]
+    cell = out["summary"]["0.02"]["1.0"]["ttq_vs_gradient"]
+    assert cell["n"] == 12 and cell["q1"] <= cell["median"] <= cell["q3"] and len(cell["model_medians"]) == 2
+    assert out["ttq_vs_gradient"] == cell["median"]
     assert out["ttq_vs_round_robin"] is not None and out["ttq_vs_round_robin"] > 0
-    again = run_replay_benchmark(docs, budgets=(0.5, 1.0))
-    assert _without_timings(out) == _without_timings(again)  # deterministic, wall-clock timings aside
+    assert any("traces_per_task 2" in line for line in summary_lines(out))
+    again = run_replay_benchmark(docs, budgets=(0.5, 1.0), draws=6, rtols=(0.0, 0.02))
+    assert out == again  # deterministic: the same draws and the same choices
 
 
-def _without_timings(out):
-    out = json.loads(json.dumps(out))
-    for m in out["models"]:
-        for b in m["budgets"]:
-            b.pop("decision_s_per_round")
-    return out
+def test_spread_is_median_and_quartiles():
+    assert spread([None, 3.0, 1.0, 2.0, 4.0, 5.0]) == {"median": 3.0, "q1": 2.0, "q3": 4.0, "n": 5}
+    assert spread([None])["median"] is None
 
 
 def test_load_traces_errors(tmp_path):
@@ -134,3 +164,41 @@ def test_load_traces_errors(tmp_path):
     p.write_text(json.dumps({"model": "x", "tasks": []}))
     with pytest.raises(DynatuneError, match="no tasks"):
         load_traces(str(p))
+
+
+def test_cli_replay_json_reports_traces_per_task_and_takes_rtol(tmp_path, capsys):
+    from dynatune.cli import main
+
+    path = tmp_path / "syn.json"
+    path.write_text(json.dumps(multi_seed([0, 1, 2])))
+    assert main(["bench", "replay", "--json", "--models", str(path), "--draws", "3", "--rtol", "0.02",
+                 "--budgets", "0.5"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["traces_per_task"] == 3 and out["rtols"] == [0.02] and out["draws"] == 3
+    assert out["summary"]["0.02"]["0.5"]["ttq_vs_gradient"]["n"] == 3
+    assert main(["bench", "replay", "--models", str(path), "--draws", "2", "--budgets", "0.5"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("traces_per_task 3, draws 2") and "rtol 0.02 budget 0.5" in text
+    assert main(["bench", "replay", "--models", str(path), "--draws", "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: the replay needs at least one draw")
+
+
+def test_oracle_bench_reports_the_share_of_the_clairvoyants_advantage_on_the_same_draws(tmp_path):
+    import os
+    import runpy
+
+    from helpers import ROOT
+
+    oracle = runpy.run_path(os.path.join(ROOT, "bench", "replay_oracle.py"), run_name="oracle")
+    path, out = tmp_path / "syn.json", tmp_path / "oracle.json"
+    path.write_text(json.dumps(multi_seed([0, 1, 2])))
+    oracle["main"](["--models", str(path), "--draws", "4", "--rtol", "0.02", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["traces_per_task"] == 3 and res["draws"] == 4
+    cell = res["shares"]["0.02"]["1.0"]
+    assert cell["vs_gradient"]["clairvoyant"]["n"] == 4
+    assert cell["vs_gradient"]["clairvoyant"]["median"] >= 1.0  # foresight is no slower than gradient here
+    row = {"ttq_s": {"0.02": {"gradient": 100.0, "dynatune": 70.0, "clairvoyant": 40.0}}}
+    assert oracle["captured_share"](row, "0.02") == 0.5
+    row["ttq_s"]["0.02"]["clairvoyant"] = 99.5  # the clairvoyant saves < 1 %: no share
+    assert oracle["captured_share"](row, "0.02") is None

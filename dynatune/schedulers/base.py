@@ -34,6 +34,7 @@ class TaskView:
     default_s: float  # untuned latency (seconds), measured once
     history: list = field(default_factory=list)  # [(cum tuning seconds, cum trials, best_s)] per slot
     exhausted: bool = False  # search space exhausted, or the task cannot build/run
+    bound_s: float = 0.0  # roofline bound of its latency on this machine (0: unknown, :mod:`dynatune.roofline`)
 
     @property
     def best_s(self) -> float:

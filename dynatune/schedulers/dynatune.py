@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-from ..beliefs import BeliefModel
+from ..beliefs import make_beliefs
 from ..errors import DynatuneError
 from .base import Belief, RoundContext
 from .common import ParamScheduler
@@ -54,6 +54,7 @@ class DynaTuneScheduler(ParamScheduler):
         "stall_strength": 2.0,  # prior weight (in tasks) of the time-to-first-improvement model
         "fallback": "share",  # all tasks negligible: "share" (L_i / n_i) or "uncertain" (m_i + c s_i)
         "stop_when_negligible": False,  # all tasks left negligible: stop (True) or go on with the best
+        "belief_model": "curves",  # the belief model: "curves" (learning curves) or "headroom" (roofline + jumps)
     }
 
     def __init__(self, seed: int = 0, **params):
@@ -61,9 +62,9 @@ class DynaTuneScheduler(ParamScheduler):
         if self.fallback not in ("share", "uncertain"):
             raise DynatuneError(f"unknown fallback {self.fallback!r} for scheduler 'dynatune'",
                                 "use 'share' or 'uncertain'")
-        self.model = BeliefModel(min_points=self.min_points, prior_gain=self.prior_gain,
-                                 prior_gain_tuned=self.prior_gain_tuned,
-                                 prior_strength=self.prior_strength, stall_strength=self.stall_strength)
+        self.model = make_beliefs(self.belief_model, min_points=self.min_points, prior_gain=self.prior_gain,
+                                  prior_gain_tuned=self.prior_gain_tuned, prior_strength=self.prior_strength,
+                                  stall_strength=self.stall_strength)
         self.decisions = 0
         self._table: list[Belief] = []
         self._table_key = None

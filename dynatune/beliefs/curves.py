@@ -70,6 +70,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import ndtr
 
+from .base import Beliefs, _valid
+
 FAMILIES = ("pow3", "log_power", "exp3", "weibull")
 _LOG_2PI = math.log(2.0 * math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -95,7 +97,6 @@ def _shape_grid():
 
 
 _FAM, _P1, _P2, _LOG_PRIOR_SHAPE = _shape_grid()
-STALL_PRIOR = (0.8, 0.8)  # prior means of pi (task can improve) and h (per-slot chance it first does)
 PRIOR_WIDTH = 3.0  # prior std of c and a, in units of the first tuned value
 _SIGMA_REL = np.geomspace(1e-4, 0.3, 12)  # noise grid, relative to the first tuned value
 _SL = [slice(int(np.argmax(_FAM == f)), int(np.argmax(_FAM == f)) + int((_FAM == f).sum()))
@@ -185,10 +186,6 @@ def fit_curve(x, y, x_next: float, prior_width: float = PRIOR_WIDTH) -> CurveFit
     return CurveFit(max(mean, 0.0), math.sqrt(max(var, 0.0)), b, noise, families, n)
 
 
-def _valid(b) -> bool:
-    return b is not None and math.isfinite(b) and b > 0
-
-
 def _thin(x: np.ndarray, y: np.ndarray, max_points: int):
     """Keep the last max_points/2 points and an even subsample of the earlier ones."""
     if x.size <= max_points:
@@ -199,136 +196,9 @@ def _thin(x: np.ndarray, y: np.ndarray, max_points: int):
     return x[idx], y[idx]
 
 
-@dataclass
-class TaskCurve:
-    """A task's history in normalised units, split into a stall and the effective learning curve."""
-
-    ref: float | None  # latency that normalises y: the default (or, if unknown, the first valid best)
-    stall: int  # slots before the first improvement over the default (tuning had not started yet)
-    x: np.ndarray  # effective points: tuning seconds / slot_s
-    y: np.ndarray  # running best / ref
-    drops: list  # relative drop at effective slot 1, 2, ... (None where unknown)
-    fit: CurveFit | None = None
-
-
-def task_curve(task, slot_s: float) -> TaskCurve:
-    """Leading slots that left the best at the untuned default are a *stall* (no valid or better schedule
-    found yet), not evidence of convergence: the learning curve starts at the first improvement."""
-    default = float(task.default_s) if _valid(task.default_s) else None
-    best, stall, xs, ys = default if default is not None else math.inf, 0, [], []
-    for sec, _trials, b in task.history:
-        if _valid(b) and b < best:
-            best = b
-        if not xs and (not math.isfinite(best) or (default is not None and best >= default)):
-            stall += 1
-            continue
-        xs.append(float(sec) / slot_s)
-        ys.append(best)
-    ref = default if default is not None else (ys[0] if ys else None)
-    y = np.array(ys) / ref if ys else np.zeros(0)
-    drops = ([1.0 - y[0]] if default is not None else [None]) if ys else []
-    drops += [1.0 - y[k] / y[k - 1] for k in range(1, len(ys))]
-    return TaskCurve(ref, stall, np.array(xs), y, drops)
-
-
-class BeliefModel:
-    """Per-task predictive gain of one more slot, with a cache so only changed tasks are refitted.
-
-    ``predict(task, slot_s)`` returns ``(gain_mean_s, gain_std_s, note)`` in *weighted seconds*: the
-    expected drop of ``weight x best latency`` after one more slot and its standard deviation.
-
-    A task's curve starts at its first improvement over the untuned default (:func:`task_curve`); with
-    fewer than ``min_points`` effective points it gets an empirical-Bayes prior shared by all tasks of
-    the model: ``observe(tasks)`` collects the relative drop ``r_k = 1 - y_k / y_{k-1}`` every task saw
-    at its k-th effective slot (``y_0`` = default). The prior gain of a task about to get its k-th
-    effective slot is the mean of ``r_k`` over tasks, shrunk towards ``prior_gain`` (k = 1) or
-    ``prior_gain_tuned`` (k > 1) with ``prior_strength`` pseudo-observations; its std is the matching
-    spread (the fixed prior's std equals its mean).
-
-    Stalls: whether the next slot brings the *first* improvement follows a zero-inflated geometric
-    model -- a task can improve at all with probability ``pi``, and then does so in each slot with
-    probability ``h`` -- fitted by EM over the model's tasks (first improvement after ``k`` slots, or
-    still stalled after ``m``; Beta priors worth ``stall_strength`` tasks, means ``STALL_PRIOR``).
-    After ``m`` empty slots ``P(improve next) = h q``, ``q = pi (1-h)^m / (pi (1-h)^m + 1 - pi)``, so a
-    task that never improves fades geometrically. Its expected gain is ``P x E[r_1]`` and its std
-    ``P x std(r_1)``: the uncertainty of the *expected* gain (what UCB explores), not the Bernoulli
-    spread of the outcome.
-    """
-
-    def __init__(self, min_points: int = 3, prior_gain: float = 0.5, prior_gain_tuned: float = 0.1,
-                 prior_strength: float = 2.0, stall_strength: float = 2.0, max_points: int = 96):
-        self.min_points = min_points
-        self.prior_gain = prior_gain
-        self.prior_gain_tuned = prior_gain_tuned
-        self.prior_strength = prior_strength
-        self.stall_strength = stall_strength
-        self._first: dict[int, tuple] = {}  # task index -> (improved?, slots to first improvement or stalled)
-        self._stall_fit = None  # cached (pi, h)
-        self.max_points = max_points
-        self._curves: dict[int, tuple] = {}  # task index -> (history key, TaskCurve)
-        self._drops: dict[int, list] = {}  # task index -> its drops counted in the population
-        self._pop = np.zeros((3, max(min_points, 1)))  # per effective slot k: count, sum r, sum r^2
-        self.fits = 0  # number of curve fits done (for tests / profiling)
-
-    def curve(self, task, slot_s: float) -> TaskCurve:
-        """The task's :class:`TaskCurve`, recomputed only when its history changed."""
-        h = task.history
-        key = (len(h), tuple(h[-1]) if h else None, task.default_s, slot_s)
-        hit = self._curves.get(task.index)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        c = task_curve(task, slot_s)
-        self._curves[task.index] = (key, c)
-        self._set_drops(task.index, c.drops[: self._pop.shape[1]])
-        first = (True, c.stall + 1) if c.x.size else (False, c.stall)
-        if self._first.get(task.index) != first:
-            self._first[task.index] = first
-            self._stall_fit = None
-        return c
-
-    # -- shared prior ------------------------------------------------------------------------------
-    def observe(self, tasks, slot_s: float) -> None:
-        """Bring the population statistics of early relative drops up to date with the tasks' histories."""
-        for t in tasks:
-            self.curve(t, slot_s)
-
-    def _set_drops(self, index: int, drops: list) -> None:
-        for k, r in enumerate(self._drops.get(index, [])):
-            if r is not None:
-                self._pop[:, k] -= (1.0, r, r * r)
-        for k, r in enumerate(drops):
-            if r is not None:
-                self._pop[:, k] += (1.0, r, r * r)
-        self._drops[index] = drops
-
-    def prior(self, k: int) -> tuple[float, float]:
-        """(mean, std) of the relative drop at a task's k-th effective slot, shrunk to the fixed prior."""
-        p0 = self.prior_gain if k <= 1 else self.prior_gain_tuned
-        n, s1, s2 = self._pop[:, k - 1] if 1 <= k <= self._pop.shape[1] else (0.0, 0.0, 0.0)
-        kappa = self.prior_strength
-        mean = (s1 + kappa * p0) / (n + kappa)
-        second = (s2 + kappa * 2.0 * p0 * p0) / (n + kappa)  # fixed prior: mean p0, std p0
-        return mean, math.sqrt(max(second - mean * mean, 0.0))
-
-    def stall_model(self) -> tuple[float, float]:
-        """(pi, h) of the zero-inflated geometric time to first improvement, by EM over the tasks."""
-        if self._stall_fit is None:
-            k = np.array([n for ok, n in self._first.values() if ok], dtype=float)
-            m = np.array([n for ok, n in self._first.values() if not ok and n > 0], dtype=float)
-            a = self.stall_strength
-            pi, h = STALL_PRIOR
-            for _ in range(20):
-                stay = pi * (1.0 - h) ** m
-                q = stay / (stay + 1.0 - pi)  # P(stalled task can still improve)
-                pi = (k.size + q.sum() + a * STALL_PRIOR[0]) / (k.size + m.size + a)
-                h = (k.size + a * STALL_PRIOR[1]) / (k.sum() + (q * m).sum() + a)
-            self._stall_fit = (float(pi), float(min(h, 1.0)))
-        return self._stall_fit
-
-    def p_first_improvement(self, stalled_slots: int) -> float:
-        pi, h = self.stall_model()
-        stay = pi * (1.0 - h) ** stalled_slots
-        return h * stay / (stay + 1.0 - pi)
+class BeliefModel(Beliefs):
+    """The learning-curve belief model (``beliefs: curves``): a Bayesian model average of curve families
+    fitted to each task's history once it has ``min_points`` effective points; the shared prior before."""
 
     # -- per-task fits -----------------------------------------------------------------------------
     def fit_task(self, task, slot_s: float) -> CurveFit | None:
@@ -348,21 +218,10 @@ class BeliefModel:
             return 0.0, 0.0, "no latency"  # nothing measured yet: no gain can be quantified
         fit = self.fit_task(task, slot_s)
         if fit is None:
-            c = self.curve(task, slot_s)
-            mean, std = self.prior(c.x.size + 1)
-            scale = task.weight * best
-            if c.x.size == 0:  # expected gain = P(first improvement) x E[drop r_1]; std: of r_1, likewise
-                p = self.p_first_improvement(c.stall)
-                mean, std = p * mean, p * std
-                return mean * scale, std * scale, f"stalled {c.stall}" if c.stall else "prior"
-            return mean * scale, std * scale, "prior"
+            return self.prior_predict(task, slot_s, best)
         unit = task.weight * self.curve(task, slot_s).ref
         top = max(fit.family_weights, key=fit.family_weights.get)
         return fit.gain_mean * unit, fit.gain_std * unit, top
 
-    def clear(self) -> None:
-        self._curves.clear()
-        self._drops.clear()
-        self._first.clear()
-        self._stall_fit = None
-        self._pop[:] = 0.0
+
+CurveBeliefs = BeliefModel

@@ -1,0 +1,171 @@
+"""Headroom beliefs (``beliefs: headroom``): how far a task is from what the machine allows, and the
+staircase by which real tuning curves get there.
+
+Headroom. A task's latency is bounded below by its roofline (:mod:`dynatune.roofline`): ``bound_s`` from
+its FLOPs and compulsory bytes at the machine's measured peak compute and bandwidth (``TaskView.bound_s``,
+0 when unknown). No kernel reaches the bound, but kernels of one operator kind (conv2d, matmul, ...)
+reach similar fractions of it. The achieved fraction ``phi = bound / best`` of the best task of a kind,
+raised by an uplift that fades as the kind gets tuned (``uplift x sqrt(uplift_slots / (uplift_slots +
+slots spent on the kind))``: the best of a kind can still improve, less so the more it was tuned), is the
+kind's attainable fraction ``phi*``. A task's floor is ``bound / phi*`` and its headroom, in weighted
+seconds, ``H = weight x max(best - floor, 0)``. A kind nothing has been tuned in yet takes the median of
+the other kinds' attainable fractions (``phi_prior`` before any). A task without a bound takes the median
+relative headroom of the others.
+
+Staircase (a zero-inflated jump likelihood). After a task's first improvement, each slot either gains
+nothing or jumps. At the task's ``k``-th effective slot it jumps with probability
+``p(k) = min(1, p0 k^-gamma)``: ``(p0, gamma)`` are fitted by maximum likelihood on a grid to every task's
+slots (Bernoulli outcomes, with ``prior_slots`` pseudo-slots at ``p_prior``), and a task's own record
+scales it, ``r = (J + a) / (E + a)`` (``J`` jumps seen, ``E = sum p(k)`` expected, ``a`` =
+``task_strength``: a Gamma-Poisson posterior). A jump takes a fraction ``u`` of the headroom left before
+it; ``u``'s mean is pooled over every jump seen, shrunk towards ``u_prior``. Drops smaller than
+``jump_rel_tol`` are measurement noise, not jumps.
+
+Prediction. ``E[gain] = p x E[u] x H``; its standard deviation combines the uncertainty of ``p`` (the
+Gamma posterior), of ``E[u]`` and of ``H`` (the attainable fraction; coefficient of variation
+``h_cv / sqrt(1 + tuned tasks of the kind)``), as the product of independent factors. Before its first
+improvement a task has the shared prior of :class:`~.base.Beliefs` (first drops and the stall model),
+capped at its headroom.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+
+import numpy as np
+
+from .base import Beliefs, _valid
+
+_P0 = np.geomspace(0.02, 1.0, 24)[:, None, None]  # the jump law's grid: p0 x gamma x slots
+_GAMMA = np.linspace(0.0, 2.0, 21)[None, :, None]
+
+
+def _bound(task) -> float:
+    return float(getattr(task, "bound_s", 0.0) or 0.0)
+
+
+def operator_kind(name: str) -> str:
+    """The operator a task is built around, from its name: ``fused_conv2d7_add4_relu41`` -> ``conv2d``."""
+    first = re.sub(r"^fused_", "", name).split("_")[0]
+    return re.sub(r"\d+$", "", first) or name
+
+
+class HeadroomBeliefs(Beliefs):
+    def __init__(self, uplift: float = 0.5, uplift_slots: float = 10.0, phi_prior: float = 0.3,
+                 jump_rel_tol: float = 0.005, p_prior: float = 0.3, prior_slots: float = 4.0,
+                 task_strength: float = 2.0, u_prior: float = 0.3, u_strength: float = 2.0, h_cv: float = 0.5,
+                 **shared):
+        super().__init__(**shared)
+        self.uplift, self.uplift_slots, self.phi_prior = uplift, uplift_slots, phi_prior
+        self.jump_rel_tol, self.p_prior, self.prior_slots = jump_rel_tol, p_prior, prior_slots
+        self.task_strength, self.u_prior, self.u_strength, self.h_cv = task_strength, u_prior, u_strength, h_cv
+        self._key = None
+        self._step_cache: dict[int, tuple] = {}
+        self.phi_star: dict[str, float] = {}  # operator kind -> attainable fraction of the roofline
+        self.tuned_in_kind: dict[str, int] = {}
+        self.jump_law = (p_prior, 0.0)  # (p0, gamma)
+        self.u_mean, self.u_var = u_prior, u_prior ** 2
+        self._rel_headroom = 0.5  # median relative headroom of the tasks with a bound
+
+    # -- population statistics -------------------------------------------------------------------
+    def observe(self, tasks, slot_s: float) -> None:
+        super().observe(tasks, slot_s)
+        key = (slot_s, tuple((t.index, t.visits, t.history[-1][2] if t.history else None, _bound(t))
+                             for t in tasks))
+        if key == self._key:
+            return
+        self._key = key
+        self._fit_attainable(tasks)
+        self._fit_jumps(tasks, slot_s)
+
+    def _fit_attainable(self, tasks) -> None:
+        best_phi, slots, tuned = {}, {}, {}
+        for t in tasks:
+            kind = operator_kind(t.name)
+            slots[kind] = slots.get(kind, 0) + t.visits
+            if _bound(t) > 0 and t.history and _valid(t.best_s) and t.best_s < t.default_s:
+                best_phi[kind] = max(best_phi.get(kind, 0.0), min(_bound(t) / t.best_s, 1.0))
+                tuned[kind] = tuned.get(kind, 0) + 1
+        fallback = statistics.median(best_phi.values()) if best_phi else self.phi_prior
+        self.phi_star, self.tuned_in_kind = {}, tuned
+        for kind in slots:
+            phi = best_phi.get(kind, fallback)
+            lift = self.uplift * math.sqrt(self.uplift_slots / (self.uplift_slots + slots[kind]))
+            self.phi_star[kind] = min(1.0, phi * (1.0 + lift))
+        rel = [1.0 - self.floor(t) / t.best_s for t in tasks if _bound(t) > 0 and _valid(t.best_s)]
+        self._rel_headroom = statistics.median(rel) if rel else 0.5
+
+    def _steps(self, task, slot_s: float):
+        """(effective slot numbers from 2, jumped?, normalised (before, after) of each jump), cached per curve."""
+        c = self.curve(task, slot_s)
+        hit = self._step_cache.get(task.index)
+        if hit is None or hit[0] is not c:
+            jumped = c.y[1:] < c.y[:-1] * (1.0 - self.jump_rel_tol)
+            pairs = [(c.y[k], c.y[k + 1]) for k in np.flatnonzero(jumped)]
+            hit = (c, np.arange(2, c.y.size + 1), jumped, pairs)
+            self._step_cache[task.index] = hit
+        return hit[1:]
+
+    def _fit_jumps(self, tasks, slot_s: float) -> None:
+        slots, jumps, fractions = {}, {}, []
+        for t in tasks:
+            ks, jumped, pairs = self._steps(t, slot_s)
+            for k, j in zip(ks.tolist(), jumped.tolist()):
+                slots[k] = slots.get(k, 0) + 1
+                jumps[k] = jumps.get(k, 0) + j
+            ref = self.curve(t, slot_s).ref
+            floor = self.floor(t) / ref if ref else 0.0
+            fractions += [min((prev - now) / (prev - floor), 1.0) for prev, now in pairs if prev > floor]
+        k = np.array(sorted(slots), dtype=float)
+        n = np.array([slots[x] for x in sorted(slots)], dtype=float)
+        j = np.array([jumps[x] for x in sorted(slots)], dtype=float)
+        p = np.minimum(_P0 * k[None, None, :] ** -_GAMMA, 0.999)
+        loglik = (j * np.log(p) + (n - j) * np.log1p(-p)).sum(-1)
+        p2 = np.minimum(_P0 * 2.0 ** -_GAMMA, 0.999)[..., 0]  # prior: pseudo-slots at the second effective slot
+        loglik = loglik + self.prior_slots * (self.p_prior * np.log(p2) + (1 - self.p_prior) * np.log1p(-p2))
+        i, g = np.unravel_index(int(np.argmax(loglik)), loglik.shape)
+        self.jump_law = (float(_P0[i, 0, 0]), float(_GAMMA[0, g, 0]))
+        count, a = len(fractions), self.u_strength
+        self.u_mean = (sum(fractions) + a * self.u_prior) / (count + a)
+        spread = statistics.pvariance(fractions) if count > 1 else self.u_prior ** 2
+        self.u_var = spread / (count + a)
+
+    # -- per task -----------------------------------------------------------------------------------
+    def floor(self, task) -> float:
+        """The latency the task could reach here: its roofline bound over its kind's attainable fraction."""
+        if _bound(task) <= 0:
+            return task.best_s * (1.0 - self._rel_headroom) if _valid(task.best_s) else 0.0
+        return _bound(task) / self.phi_star.get(operator_kind(task.name), self.phi_prior)
+
+    def jump_probability(self, k: int) -> float:
+        p0, gamma = self.jump_law
+        return min(p0 * k ** -gamma, 0.999)
+
+    def predict(self, task, slot_s: float, best_s: float | None = None) -> tuple[float, float, str]:
+        best = task.best_s if best_s is None else best_s
+        if not _valid(best):
+            return 0.0, 0.0, "no latency"
+        headroom = task.weight * max(best - self.floor(task), 0.0)
+        c = self.curve(task, slot_s)
+        if c.x.size == 0:  # no improvement yet: the shared prior of first drops, at most the headroom
+            mean, std, note = self.prior_predict(task, slot_s, best)
+            return min(mean, headroom), min(std, headroom), note
+        n = c.x.size
+        ks, jumped, _ = self._steps(task, slot_s)
+        expected = sum(self.jump_probability(k) for k in ks.tolist())
+        jumps = int(jumped.sum())
+        a = self.task_strength
+        base = self.jump_probability(n + 1)
+        p = min(base * (jumps + a) / (expected + a), 0.999)
+        p_var = (base * math.sqrt(jumps + a) / (expected + a)) ** 2
+        cv = self.h_cv / math.sqrt(1 + self.tuned_in_kind.get(operator_kind(task.name), 0))
+        mean = p * self.u_mean * headroom
+        second = (p * p + p_var) * (self.u_mean ** 2 + self.u_var) * headroom ** 2 * (1 + cv * cv)
+        return mean, math.sqrt(max(second - mean * mean, 0.0)), "headroom"
+
+    def clear(self) -> None:
+        super().clear()
+        self._key = None
+        self._step_cache.clear()
