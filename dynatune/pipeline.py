@@ -121,7 +121,8 @@ class TuningRun:
             self.tuner = Tuner(self.session, cfg.scheduler.name, budget_s=cfg.budget_s, slot_s=cfg.slot_s,
                                seed=cfg.scheduler.seed, scheduler_params=cfg.scheduler.params,
                                warmup_share=cfg.warmup_share, warmup_trials=cfg.warmup_trials,
-                               roofline=machine_roofline(self.target))
+                               # a device farm measures elsewhere: this machine's roofline does not apply
+                               roofline=None if cfg.measure.rpc else machine_roofline(self.target))
             atomic_write_json(os.path.join(cfg.work_dir, "tasks.json"), [t.as_dict() for t in self.tasks])
             self.untuned_estimate_s = steps.prepare(self.tuner)
         except BaseException:

@@ -35,7 +35,7 @@ def test_ucb_picks_largest_true_gain_when_beliefs_are_sharp():
     tasks = [curve_task(i, 1e-3, 1, 0.2, 0.3, r, 30) for i, r in enumerate(rates)]
     true_gain = [t.weight * (t.best_s - t.default_s * (0.2 + 0.3 * math.exp(-31 / r)))
                  for t, r in zip(tasks, rates)]
-    s = make_scheduler("dynatune")
+    s = make_scheduler("dynatune", belief_model="curves")
     assert s.pick(ctx_of(tasks)) == int(np.argmax(true_gain)) == 1
     table = s.beliefs(ctx_of(tasks))
     assert [b.task for b in table] == [0, 1, 2]
@@ -104,14 +104,14 @@ def test_all_negligible_stop_or_go_on():
 
 
 def test_all_negligible_fallback_shares_slots_by_weighted_latency_per_visit():
-    # flat curves: nothing to gain by belief. "share" picks the largest weight x best / visits.
+    # flat curves: nothing to gain by the curve beliefs (headroom beliefs still see a roofline gap). "share" picks the largest weight x best / visits.
     heavy = curve_task(0, 1e-3, 1, 0.5, 0.0, 5.0, 20)  # 0.5e-3 s over 20 slots
     light = curve_task(1, 1e-3, 1, 0.2, 0.0, 5.0, 4)  # 0.2e-3 s over 4 slots: 5e-5 > 2.5e-5 per slot
-    s = make_scheduler("dynatune")
+    s = make_scheduler("dynatune", belief_model="curves")
     assert all(b.retired for b in s.beliefs(ctx_of([heavy, light])))
     assert s.pick(ctx_of([heavy, light])) == 1
     light2 = curve_task(1, 1e-3, 1, 0.2, 0.0, 5.0, 10)  # 2e-5 per slot < 2.5e-5: the heavy task's turn
-    assert make_scheduler("dynatune").pick(ctx_of([heavy, light2])) == 0
+    assert make_scheduler("dynatune", belief_model="curves").pick(ctx_of([heavy, light2])) == 0
     with pytest.raises(DynatuneError, match="fallback"):
         make_scheduler("dynatune", fallback="nope")
 
@@ -120,10 +120,10 @@ def test_all_negligible_fallback_shares_slots_by_weighted_latency_per_visit():
 def test_tiny_gain_task_loses_regardless_of_name(names):
     busy = curve_task(0, 2e-3, 1, 0.2, 0.3, 15.0, 10, name=names[0])
     small = curve_task(1, 2e-3, 1, 0.499, 0.001, 15.0, 10, name=names[1])
-    assert make_scheduler("dynatune").pick(ctx_of([busy, small])) == 0
+    assert make_scheduler("dynatune", belief_model="curves").pick(ctx_of([busy, small])) == 0
     swapped = [curve_task(0, 2e-3, 1, 0.499, 0.001, 15.0, 10, name=names[0]),
                curve_task(1, 2e-3, 1, 0.2, 0.3, 15.0, 10, name=names[1])]
-    assert make_scheduler("dynatune").pick(ctx_of(swapped)) == 1
+    assert make_scheduler("dynatune", belief_model="curves").pick(ctx_of(swapped)) == 1
 
 
 # -- baselines ---------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ staircase by which real tuning curves get there.
 Headroom. A task's latency is bounded below by its roofline (:mod:`dynatune.roofline`): ``bound_s`` from
 its FLOPs and compulsory bytes at the machine's measured peak compute and bandwidth (``TaskView.bound_s``,
 0 when unknown). No kernel reaches the bound, but kernels of one operator kind (conv2d, matmul, ...)
-reach similar fractions of it. The achieved fraction ``phi = bound / best`` of the best task of a kind,
+in one regime (compute-bound, or ``/memory``-bound like a depthwise conv) reach similar fractions of it. The achieved fraction ``phi = bound / best`` of the best task of a kind,
 raised by an uplift that fades as the kind gets tuned (``uplift x sqrt(uplift_slots / (uplift_slots +
 slots spent on the kind))``: the best of a kind can still improve, less so the more it was tuned), is the
 kind's attainable fraction ``phi*``. A task's floor is ``bound / phi*`` and its headroom, in weighted
@@ -63,6 +63,7 @@ class HeadroomBeliefs(Beliefs):
         self.task_strength, self.u_prior, self.u_strength, self.h_cv = task_strength, u_prior, u_strength, h_cv
         self._key = None
         self._step_cache: dict[int, tuple] = {}
+        self._memory_bound: dict[int, bool] = {}
         self.phi_star: dict[str, float] = {}  # operator kind -> attainable fraction of the roofline
         self.tuned_in_kind: dict[str, int] = {}
         self.jump_law = (p_prior, 0.0)  # (p0, gamma)
@@ -80,10 +81,24 @@ class HeadroomBeliefs(Beliefs):
         self._fit_attainable(tasks)
         self._fit_jumps(tasks, slot_s)
 
+    def kind(self, task) -> str:
+        """The task's operator, and ``/memory`` when its roofline bound is its bytes, not its FLOPs: a
+        depthwise conv and a dense one reach different fractions of their bounds."""
+        kind = operator_kind(task.name)
+        return kind + "/memory" if self._memory_bound.get(task.index, False) else kind
+
+    def _regimes(self, tasks) -> None:
+        """Which tasks are memory-bound: FLOPs per bound second below the machine's peak (the largest such
+        rate over the tasks, reached by the compute-bound ones)."""
+        rates = {t.index: t.flops / _bound(t) for t in tasks if _bound(t) > 0}
+        peak = max(rates.values(), default=0.0)
+        self._memory_bound = {i: r < 0.99 * peak for i, r in rates.items()}
+
     def _fit_attainable(self, tasks) -> None:
+        self._regimes(tasks)
         best_phi, slots, tuned = {}, {}, {}
         for t in tasks:
-            kind = operator_kind(t.name)
+            kind = self.kind(t)
             slots[kind] = slots.get(kind, 0) + t.visits
             if _bound(t) > 0 and t.history and _valid(t.best_s) and t.best_s < t.default_s:
                 best_phi[kind] = max(best_phi.get(kind, 0.0), min(_bound(t) / t.best_s, 1.0))
@@ -137,7 +152,7 @@ class HeadroomBeliefs(Beliefs):
         """The latency the task could reach here: its roofline bound over its kind's attainable fraction."""
         if _bound(task) <= 0:
             return task.best_s * (1.0 - self._rel_headroom) if _valid(task.best_s) else 0.0
-        return _bound(task) / self.phi_star.get(operator_kind(task.name), self.phi_prior)
+        return _bound(task) / self.phi_star.get(self.kind(task), self.phi_prior)
 
     def jump_probability(self, k: int) -> float:
         p0, gamma = self.jump_law
@@ -160,7 +175,7 @@ class HeadroomBeliefs(Beliefs):
         base = self.jump_probability(n + 1)
         p = min(base * (jumps + a) / (expected + a), 0.999)
         p_var = (base * math.sqrt(jumps + a) / (expected + a)) ** 2
-        cv = self.h_cv / math.sqrt(1 + self.tuned_in_kind.get(operator_kind(task.name), 0))
+        cv = self.h_cv / math.sqrt(1 + self.tuned_in_kind.get(self.kind(task), 0))
         mean = p * self.u_mean * headroom
         second = (p * p + p_var) * (self.u_mean ** 2 + self.u_var) * headroom ** 2 * (1 + cv * cv)
         return mean, math.sqrt(max(second - mean * mean, 0.0)), "headroom"
