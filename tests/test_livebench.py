@@ -47,3 +47,5 @@ def test_compare_counts_a_run_that_never_reaches_the_target_as_the_budget():
     assert res["estimate"]["ttq_s"] == {"gradient": 100, "dynatune": 40, "round_robin": None}
     assert res["estimate"]["ttq_vs_gradient"] == 2.5 and res["estimate"]["ttq_vs_round_robin"] == 2.5
     assert res["measured"]["ttq_s"]["dynatune"] == 50 and res["measured"]["dynatune_sooner_than_gradient"]
+    runs["dynatune"]["measured"] = [(50, 5.0), (99, 2.9)]  # both reach it only at their last point
+    assert not compare(runs, budget=100, rtol=0.0)["measured"]["dynatune_sooner_than_gradient"]
