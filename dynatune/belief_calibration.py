@@ -56,17 +56,12 @@ def calibration_rows(doc, beliefs, slot_s: float | None = None) -> np.ndarray:
 
 
 def seed_rows(doc, make_beliefs, seeds, slot_s: float | None = None) -> np.ndarray:
-    """:func:`calibration_rows` for each recorded seed's traces (a fresh belief model each), stacked, with
-    the seed as a 7th column."""
+    """:func:`calibration_rows` for each recorded seed's traces (a fresh belief model each), stacked."""
     from .traces import draw
 
     slot = slot_s or default_slot(doc)
-    parts = [_with_seed(calibration_rows(draw(doc, None, seed=s), make_beliefs(), slot), s) for s in seeds]
-    return np.vstack(parts) if parts else np.zeros((0, 7))
-
-
-def _with_seed(rows: np.ndarray, seed: int) -> np.ndarray:
-    return np.column_stack([rows, np.full(len(rows), float(seed))])
+    parts = [calibration_rows(draw(doc, None, seed=s), make_beliefs(), slot) for s in seeds]
+    return np.vstack(parts) if parts else np.zeros((0, 6))
 
 
 def calibration_scores(rows: np.ndarray) -> dict:

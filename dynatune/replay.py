@@ -57,8 +57,13 @@ class ReplayResult:
     skipped: list = field(default_factory=list)  # tasks without a valid untuned latency (not in the objective)
 
 
+def _rows(traces) -> list[dict]:
+    """The task rows of a trace document (or of a bare list of rows)."""
+    return traces["tasks"] if isinstance(traces, dict) else list(traces)
+
+
 def _tasks_of(traces) -> list[dict]:
-    rows = traces["tasks"] if isinstance(traces, dict) else list(traces)
+    rows = _rows(traces)
     if any("trace" not in r for r in rows):  # several traces per task: replay the first of each
         rows = draw({"tasks": rows}, None)["tasks"]
     return rows
@@ -169,15 +174,13 @@ def objective_at(curve, t: float) -> float:
 
 def total_trace_seconds(traces) -> float:
     """Recorded tuning seconds of the model: per task, the mean length of its traces, summed."""
-    return math.fsum(statistics.fmean(float(x["trace"][-1][0]) for x in task_traces(r))
-                     for r in (traces["tasks"] if isinstance(traces, dict) else traces))
+    return math.fsum(statistics.fmean(float(x["trace"][-1][0]) for x in task_traces(r)) for r in _rows(traces))
 
 
 def default_slot(traces) -> float:
     """The median spacing of recorded trace points (one recorded step per slot), over every trace."""
     steps = [float(x["trace"][-1][0]) / (len(x["trace"]) - 1)
-             for r in (traces["tasks"] if isinstance(traces, dict) else traces)
-             for x in task_traces(r) if len(x["trace"]) > 1]
+             for r in _rows(traces) for x in task_traces(r) if len(x["trace"]) > 1]
     return statistics.median(steps) if steps else 1.0
 
 

@@ -123,7 +123,6 @@ def _summary(model_draws: list, budgets, rtols, horizon: float) -> dict:
     return out
 
 
-
 def summary_lines(res: dict) -> list[str]:
     """The benchmark's headline as text: per rtol and budget, each ratio's median and IQR over the draws."""
     lines = [f"traces_per_task {res['traces_per_task']}, draws {res['draws']}, models "

@@ -26,6 +26,7 @@ import random
 
 from .errors import DynatuneError
 from .files import atomic_write_json
+from .target import describe
 
 TRACE_DIR = os.path.join(os.path.dirname(__file__), "data", "traces")
 # what must match for a document to be continued rather than replaced
@@ -86,10 +87,12 @@ def task_bound(doc, row: dict) -> float:
     bytes at the document's ``roofline`` (0: unknown)."""
     if row.get("bound_s"):
         return float(row["bound_s"])
+    from .roofline import Roofline
+
     roof = doc.get("roofline") if isinstance(doc, dict) else None
     if not roof:
         return 0.0
-    return max(float(row.get("flops", 0.0)) / roof["peak_flops"], float(row.get("bytes", 0.0)) / roof["bandwidth"])
+    return Roofline(**roof).bound_s(float(row.get("flops", 0.0)), float(row.get("bytes", 0.0)))
 
 
 # -- recording --------------------------------------------------------------------------------------
@@ -104,7 +107,8 @@ def record(cfg, seeds, seconds_per_task: float, out: str, work_root: str, log=pr
 
     model = load_model(cfg)
     target, tasks, _ = extract(model, cfg)
-    head = {"model": model.name, "sha256": model.sha256, "target": _describe(target), "seconds_per_task": float(seconds_per_task),
+    head = {"model": model.name, "sha256": model.sha256, "target": describe(target),
+            "seconds_per_task": float(seconds_per_task),
             "trials_per_iter": cfg.search.trials_per_iter, "lowering": dataclasses.asdict(cfg.compile.lowering()),
             "search": {k: v for k, v in dataclasses.asdict(cfg.search).items() if k != "seed"}}
     doc = _continued(out, head, tasks)
@@ -126,12 +130,6 @@ def _add_roofline(doc: dict, tasks, target) -> None:
     doc["roofline"] = roof.as_dict() if roof is not None else None
     for row, t in zip(doc["tasks"], tasks):
         row["bytes"] = compulsory_bytes(t.mod)
-
-
-def _describe(target) -> str:
-    from .target import describe
-
-    return describe(target)
 
 
 def _continued(out: str, head: dict, tasks) -> dict:

@@ -1,7 +1,7 @@
 """Belief models: what DynaTune's scheduler expects one more slot to gain on each task.
 
-``curves`` (the default) extrapolates each task's learning curve; ``headroom`` measures how far a task is
-from its roofline and models the staircase of real curves. See :mod:`.base` for what they share.
+``headroom`` (the default) measures how far a task is from its roofline and models the staircase of real
+curves; ``curves`` extrapolates each task's learning curve. See :mod:`.base` for what they share.
 """
 
 from .base import Beliefs, TaskCurve, task_curve
