@@ -73,7 +73,7 @@ def main() -> None:
         name = os.path.splitext(os.path.basename(path))[0]
         res = {}
         for variant, overrides in VARIANTS.items():
-            cfg = load_config(None, [f"slot_s={args.slot}", *overrides], model=path, budget=args.budget,
+            cfg = load_config(None, [f"slot_s={args.slot}", "library.enabled=false", *overrides], model=path, budget=args.budget,
                               scheduler=args.scheduler, work_dir=tempfile.mkdtemp(prefix="abl-"))
             with TuningRun(cfg) as r:
                 curve = [(0.0, r.untuned_estimate_s)]

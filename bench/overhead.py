@@ -48,7 +48,7 @@ def child(mode: str, args) -> dict:
     _quiet_env()
     from dynatune.config import load_config
 
-    cfg = load_config(None, [f"slot_s={args.slot}"], model=args.model, budget=args.budget, work_dir=args.work_dir)
+    cfg = load_config(None, [f"slot_s={args.slot}", "library.enabled=false"], model=args.model, budget=args.budget, work_dir=args.work_dir)
     if mode == "pipeline":  # what `dynatune tune` does
         from flows.startup import prestart
 

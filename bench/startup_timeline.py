@@ -24,7 +24,7 @@ from dynatune.callbacks import RunCallback  # noqa: E402
 from dynatune.config import load_config  # noqa: E402
 
 mark("config imported")
-cfg = load_config(None, ["slot_s=20"], model=sys.argv[1], budget=float(sys.argv[2]), work_dir=tempfile.mkdtemp())
+cfg = load_config(None, ["slot_s=20", "library.enabled=false"], model=sys.argv[1], budget=float(sys.argv[2]), work_dir=tempfile.mkdtemp())
 from flows.startup import prestart  # noqa: E402
 
 prestart()

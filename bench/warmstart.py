@@ -65,7 +65,7 @@ def change_one_layer(src: str, dst: str, node_name: str = LAYER) -> str:
 
 
 def run(path: str, work: str, budget: float, slot: float, scheduler: str, warm: list[str] | None = None) -> dict:
-    cfg = load_config(None, [f"slot_s={slot}"], model=path, budget=budget, scheduler=scheduler, work_dir=work)
+    cfg = load_config(None, [f"slot_s={slot}", "library.enabled=false"], model=path, budget=budget, scheduler=scheduler, work_dir=work)
     cfg.warm_start = list(warm or [])
     with TuningRun(cfg) as r:
         curve = [(0.0, r.untuned_estimate_s)]

@@ -7,7 +7,9 @@ object the session calls in order, and a session can be given its own list.
 - :class:`LogMeasurements`: per candidate, the repeats used and why the evaluator stopped
   (``db/measurements.jsonl``);
 - :class:`UpdateCostModel`: the shared cost model learns from the candidates that ran;
-- :class:`RetireFailingTask`: the retirement policy's failure rule (:mod:`dynatune.retirement`).
+- :class:`RetireFailingTask`: the retirement policy's failure rule (:mod:`dynatune.retirement`);
+- :class:`dynatune.library.link.WriteToLibrary` (added by a run that uses the schedule library): the batch's
+  records into the library, in one transaction.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Batch:
     incumbent_s: float | None
     result: object  # the slot's RoundResult, accumulated over its batches
     timings: list = field(default_factory=list)  # per candidate: its run seconds, or None if it failed
+    records: list = field(default_factory=list)  # per candidate: its tuning record as plain JSON (AddToDatabase)
 
     def __post_init__(self):
         self.timings = [list(r.run_secs) if r.run_secs is not None else None for r in self.results]
@@ -76,9 +79,9 @@ class AddToDatabase(BatchCallback):
 
         t = batch.task
         workload = session.db.workload(t.key, t.mod)
-        for c, secs in zip(batch.candidates, batch.timings):
-            session.db.commit(t.key, ms.database.TuningRecord(
-                c.sch.trace, workload, secs if secs is not None else [FAILED], session.target, c.args_info))
+        batch.records = [session.db.commit(t.key, ms.database.TuningRecord(
+            c.sch.trace, workload, secs if secs is not None else [FAILED], session.target, c.args_info))
+            for c, secs in zip(batch.candidates, batch.timings)]
 
 
 class LogMeasurements(BatchCallback):

@@ -28,6 +28,7 @@ class RunStart:
     cache_hit: bool = False
     warm_start: dict | None = None  # what the warm start imported, when there was one
     config_hash: str = ""  # :meth:`dynatune.config.Config.config_hash`, computed once per run
+    library: dict | None = None  # the schedule library's part (matched tasks, seeded records), when it is used
 
 
 @dataclass

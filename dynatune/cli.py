@@ -7,6 +7,7 @@
     dynatune report RUN_ID [--tracking-uri URI] [--out DIR]
     dynatune compare RUN_ID... [--tracking-uri URI] [--out PNG]
     dynatune bench replay [--json] | dynatune bench live ...
+    dynatune library show|export|import|prune ...   (see dynatune.library.cli)
     dynatune serve [CONFIG...] [--cron "0 2 * * *"] [--watch NAME]... [--watch-config CONFIG]
                    [--tracking-uri URI] [--every MINUTES] [--dry-run]
 
@@ -349,6 +350,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="budgets as fractions of the recorded time (default 0.25 0.5 1)")
     br.set_defaults(func=cmd_bench)
     bench.add_parser("live", help="the schedulers tuning live, same budget (`dynatune bench live --help`)")
+
+    from .library.cli import add_parser as add_library_parser
+
+    add_library_parser(sub)
     return p
 
 

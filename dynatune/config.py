@@ -93,6 +93,16 @@ class TrackingSection:
 
 
 @dataclass
+class LibrarySection:
+    """The schedule library (:mod:`dynatune.library`): records shared by every run on a kind of machine."""
+
+    enabled: bool = True  # seed matched tasks from it at the start, write every measured batch to it
+    url: str | None = None  # SQLAlchemy URL or env:NAME; else $DYNATUNE_LIBRARY_URL, else ~/.cache/dynatune/library.db
+    seed_records: int = setting(16, ge=1)  # a matched task starts from this many of the library's best schedules
+    fingerprint: str | None = None  # the kind of machine the records are for; this one's when not given
+
+
+@dataclass
 class Config:
     model: ModelSection = _section(ModelSection)
     target: str | dict = setting("llvm", check="target")
@@ -109,6 +119,7 @@ class Config:
     tracking: TrackingSection = _section(TrackingSection)
     prefect_api_url: str | None = None
     warm_start: list = setting(default_factory=list, check="paths")  # earlier work dirs whose records seed this run
+    library: LibrarySection = _section(LibrarySection)
     source: str = field(default="(defaults)", compare=False, repr=False, metadata={"section": True})  # not a setting
 
     def to_dict(self) -> dict:
@@ -118,6 +129,7 @@ class Config:
         d = self._plain()
         d["tracking"]["uri"] = secrets.reference(d["tracking"]["uri"], "DYNATUNE_TRACKING_URI")
         d["prefect_api_url"] = secrets.reference(d["prefect_api_url"], "DYNATUNE_PREFECT_API_URL")
+        d["library"]["url"] = secrets.reference(d["library"]["url"], "DYNATUNE_LIBRARY_URL")
         return d
 
     def to_record(self) -> dict:

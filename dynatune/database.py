@@ -152,13 +152,18 @@ class TuningDatabase:
                 self._wl_writer.append({"key": key, "workload": wl.as_json()})
         return self._workloads[key]
 
-    def commit(self, key: str, record) -> None:
-        """Add a record to memory and to disk; returns only once it is on disk."""
+    def commit(self, key: str, record):
+        """Add a record to memory and to disk; returns (only once it is on disk) the record as plain JSON."""
         self.memory.commit_tuning_record(record)
         rec_json = record_json(record)
         if not self.read_only:
             self._rec_writer.append({"key": key, "record": rec_json})
         self._note(key, rec_json)
+        return rec_json
+
+    def workload_json(self, key: str):
+        """A known task's workload as plain JSON (as ``workloads.jsonl`` holds it)."""
+        return _tvm_to_plain(self._workloads[key].as_json())
 
     def close(self) -> None:
         if not self.read_only:

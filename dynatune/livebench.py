@@ -44,7 +44,7 @@ def live_config(path: str, shapes: dict, scheduler: str, budget: float, slot: fl
     return load_config(base_config, [f"slot_s={slot}", f"search.trials_per_iter={trials_per_iter}",
                                      f"scheduler.seed={seed}", f"search.seed={seed}",
                                      f"measure_every_s={measure_every_s}", "compile.measure_untuned=false",
-                                     "compile.profile=false"],
+                                     "compile.profile=false", "library.enabled=false"],
                        model=path, shapes=shapes or None, budget=budget, scheduler=scheduler, work_dir=work)
 
 

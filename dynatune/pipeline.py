@@ -94,9 +94,12 @@ class TuningRun:
         self.cfg = cfg
         self.steps = steps or Steps()
         self.tuner = None
+        self.library = None
         self._lock = None
 
     def __enter__(self) -> "TuningRun":
+        from .batch_callbacks import default_batch_callbacks
+        from .library.link import RunLibrary
         from .roofline import machine_roofline
         from .session import TuningSession
         from .tuner import Tuner, check_same_run
@@ -111,13 +114,18 @@ class TuningRun:
             self.model = steps.load_model(cfg)
             self.target, self.tasks, self.cache_hit = steps.extract(self.model, cfg)
             import_tensor_intrinsics()
+            self.library = RunLibrary.for_config(cfg, self.target, self.model.name)
             self.session = TuningSession(self.tasks, self.target, cfg.work_dir, search=cfg.search,
-                                         measure=cfg.measure)
+                                         measure=cfg.measure,
+                                         batch_callbacks=default_batch_callbacks() + [self.library.writer]
+                                         if self.library else None)
             self.warm_start = None
             if cfg.warm_start:
                 from .warmstart import warm_start
 
                 self.warm_start = warm_start(self.session, cfg.warm_start)
+            if self.library:
+                self.library.seed(self.session)
             self.tuner = Tuner(self.session, cfg.scheduler.name, budget_s=cfg.budget_s, slot_s=cfg.slot_s,
                                seed=cfg.scheduler.seed, scheduler_params=cfg.scheduler.params,
                                warmup_share=cfg.warmup_share, warmup_trials=cfg.warmup_trials,
@@ -133,7 +141,7 @@ class TuningRun:
     def start_event(self) -> RunStart:
         return RunStart(self.cfg, self.model, self.tasks, self.tuner.run_state, self.untuned_estimate_s,
                         self.tuner.rounds_done, self.tuner.elapsed_s, self.cache_hit, self.warm_start,
-                        self.config_hash)
+                        self.config_hash, self.library.report() if self.library else None)
 
     def compile(self, artifact: str | None = None):
         """Compile with the best schedules, verify against ONNX Runtime (the worker pools are stopped first:
@@ -155,6 +163,8 @@ class TuningRun:
             if self.tuner is not None:
                 self.tuner.close()
         finally:
+            if self.library is not None:
+                self.library.close()
             self._lock.release()
 
 
@@ -180,6 +190,7 @@ def run(cfg, callbacks=(), steps: Steps | None = None) -> dict:
             report = r.compile() if cfg.compile.verify else None
             profile = r.profile(report.artifact) if report is not None and cfg.compile.profile else None
             summary = make_summary(cfg, r.model, r.tasks, r.tuner, report, periodic, time.perf_counter() - t_start)
+            summary["library"] = r.library.report() if r.library else None
             if profile is not None:
                 summary["profile"] = {k: profile[k] for k in PROFILE_HEADLINE}
             summary.update(residual_fields(summary["estimated_latency_ms"], r.tuner, profile))

@@ -390,6 +390,13 @@ def markdown_report(summary: dict, rounds: list[dict], path: str) -> str:
         lines += [f"{len(never)} of {_int(summary.get('tasks'))} tasks were never tuned (the budget could not pay "
                   f"one batch each) and run their untuned schedules: "
                   f"{', '.join(_md_escape(str(n)) for n in never)}.", ""]
+    lib = summary.get("library")
+    if lib:
+        lines += [f"Schedule library ({_md_escape(_text(lib.get('url')))}): {_int(lib.get('matched_tasks'))} of "
+                  f"{_int(summary.get('tasks'))} tasks matched and started from "
+                  f"{_int(lib.get('seeded_records'))} of its records; this run wrote "
+                  f"{_int(lib.get('written_records'))} records to it"
+                  + (f" until it failed: {_md_escape(lib['write_error'])}" if lib.get("write_error") else "") + ".", ""]
     prof = summary.get("profile")
     if prof:
         lines += [f"Where the model's time goes (`profile.md`): {_fmt(prof.get('model_ms'), '.3f')} ms in the model, "

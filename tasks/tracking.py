@@ -283,6 +283,10 @@ class MlflowCallback(RunCallback):
         metrics["numerics_ok"] = 1.0 if summary.get("numerics_ok") else 0.0
         t.log_metrics(metrics, step=summary["rounds"])
         t.set_tags({"never_tuned_tasks": len(summary.get("never_tuned_tasks") or [])})
+        if summary.get("library"):
+            lib = summary["library"]
+            t.set_tags({"library.matched_tasks": lib["matched_tasks"], "library.seeded_records": lib["seeded_records"],
+                        "library.written_records": lib["written_records"], "library.url": lib["url"]})
         summary["mlflow_run_id"] = t.run_id
         summary["mlflow_tracking_uri"] = mask(t.uri)
         summary["mlflow_ui"] = t.ui_hint()

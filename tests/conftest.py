@@ -15,6 +15,12 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 from helpers import make_tiny_onnx  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def own_schedule_library(tmp_path, monkeypatch):
+    """Each test's runs share a schedule library of their own, never the user's (~/.cache/dynatune)."""
+    monkeypatch.setenv("DYNATUNE_LIBRARY_URL", f"sqlite:///{tmp_path}/schedule-library.db")
+
+
 @pytest.fixture(scope="session")
 def cpu_target():
     from dynatune.target import make_target
