@@ -1,5 +1,6 @@
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -15,9 +16,21 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 from helpers import make_tiny_onnx  # noqa: E402
 
 
+# The schedule library (on by default) is never the user's (~/.cache/dynatune): a session-wide one for
+# session fixtures, one per module for module fixtures (a registry fixture's v2 run starts from its v1 run,
+# as it would for a user), and one per test, so no test starts from another test's records.
+os.environ["DYNATUNE_LIBRARY_URL"] = f"sqlite:///{tempfile.mkdtemp(prefix='dynatune-library-')}/library.db"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_schedule_library(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DYNATUNE_LIBRARY_URL", f"sqlite:///{tmp_path_factory.mktemp('library')}/library.db")
+        yield
+
+
 @pytest.fixture(autouse=True)
-def own_schedule_library(tmp_path, monkeypatch):
-    """Each test's runs share a schedule library of their own, never the user's (~/.cache/dynatune)."""
+def per_test_schedule_library(tmp_path, monkeypatch):
     monkeypatch.setenv("DYNATUNE_LIBRARY_URL", f"sqlite:///{tmp_path}/schedule-library.db")
 
 

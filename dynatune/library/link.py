@@ -41,7 +41,8 @@ class RunLibrary:
         sec = cfg.library
         if not sec.enabled or (cfg.measure.rpc and not sec.fingerprint):
             return None
-        return cls(ScheduleLibrary(library_url(sec.url)), sec.fingerprint or machine_fingerprint(target), model, sec.seed_records)
+        return cls(ScheduleLibrary(library_url(sec.url)), sec.fingerprint or machine_fingerprint(target), model,
+                   sec.seed_records)
 
     def seed(self, session) -> dict:
         """Add the library's best records of every task it knows to ``session``'s database (once per work dir)."""
@@ -54,13 +55,18 @@ class RunLibrary:
             return self.seeded
         by_key = {t.key: t for t in session.tasks}
         found = self.library.top_records(self.fingerprint, by_key, self.seed_records)
-        n = 0
+        n = unreadable = 0
         for key, (_, best) in found.items():
             wl = session.db.workload(key, by_key[key].mod)
             for _, rec in best:
-                session.db.commit(key, ms.database.TuningRecord.from_json(rec, wl))
+                try:
+                    record = ms.database.TuningRecord.from_json(rec, wl)
+                except Exception:  # written by another TVM version: of no use here
+                    unreadable += 1
+                    continue
+                session.db.commit(key, record)
                 n += 1
-        self.seeded = {"matched_tasks": len(found), "seeded_records": n,
+        self.seeded = {"matched_tasks": len(found), "seeded_records": n, "unreadable_records": unreadable,
                        "matched": sorted(by_key[k].name for k in found)}
         atomic_write_json(done, self.seeded)
         return self.seeded

@@ -172,7 +172,7 @@ class ScheduleLibrary:
                     for trace, mean_s, rec in conn.execute(
                             sa.select(records.c.trace_hash, records.c.mean_s, records.c.record)
                             .where(records.c.fingerprint == fingerprint, records.c.task_key == key)
-                            .order_by(records.c.mean_s, records.c.id)):
+                            .order_by(records.c.mean_s, records.c.id).limit(8 * k)):  # repeats are rare
                         if trace not in best:
                             best[trace] = (mean_s, json.loads(rec))
                             if len(best) >= k:
