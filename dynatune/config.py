@@ -99,6 +99,8 @@ class LibrarySection:
     enabled: bool = True  # seed matched tasks from it at the start, write every measured batch to it
     url: str | None = None  # SQLAlchemy URL or env:NAME; else $DYNATUNE_LIBRARY_URL, else ~/.cache/dynatune/library.db
     seed_records: int = setting(16, ge=1)  # a matched task starts from this many of the library's best schedules
+    match_keys: bool = True  # a task whose key the library holds starts from its best schedules
+    transfer: bool = True  # a new task's first batch starts with the best schedules of similar tasks (other shapes)
     fingerprint: str | None = None  # the kind of machine the records are for; this one's when not given
 
 

@@ -117,7 +117,7 @@ class TuningRun:
             self.library = RunLibrary.for_config(cfg, self.target, self.model.name)
             self.session = TuningSession(self.tasks, self.target, cfg.work_dir, search=cfg.search,
                                          measure=cfg.measure,
-                                         batch_callbacks=default_batch_callbacks() + [self.library.writer]
+                                         batch_callbacks=default_batch_callbacks() + self.library.callbacks()
                                          if self.library else None)
             self.warm_start = None
             if cfg.warm_start:
@@ -191,6 +191,8 @@ def run(cfg, callbacks=(), steps: Steps | None = None) -> dict:
             profile = r.profile(report.artifact) if report is not None and cfg.compile.profile else None
             summary = make_summary(cfg, r.model, r.tasks, r.tuner, report, periodic, time.perf_counter() - t_start)
             summary["library"] = r.library.report() if r.library else None
+            # the estimate when this process started tuning: with a library or a warm start, below the untuned one
+            summary["start_estimated_latency_ms"] = r.untuned_estimate_s * 1e3
             if profile is not None:
                 summary["profile"] = {k: profile[k] for k in PROFILE_HEADLINE}
             summary.update(residual_fields(summary["estimated_latency_ms"], r.tuner, profile))

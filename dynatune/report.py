@@ -396,7 +396,14 @@ def markdown_report(summary: dict, rounds: list[dict], path: str) -> str:
                   f"{_int(summary.get('tasks'))} tasks matched and started from "
                   f"{_int(lib.get('seeded_records'))} of its records; this run wrote "
                   f"{_int(lib.get('written_records'))} records to it"
-                  + (f" until it failed: {_md_escape(lib['write_error'])}" if lib.get("write_error") else "") + ".", ""]
+                  + (f" until it failed: {_md_escape(lib['write_error'])}" if lib.get("write_error") else "") + ".",
+                  ""]
+        if lib.get("transfer_tasks"):
+            gain = lib.get("transfer_gain_median")
+            lines += [f"{_int(lib.get('transferred_tasks'))} of {_int(lib.get('transfer_tasks'))} new tasks with "
+                      f"similar library tasks got transferred schedules in their first batch"
+                      + (f"; the search's own best in that batch was {gain:.2f}x the transferred best (median)"
+                         if gain else "") + ".", ""]
     prof = summary.get("profile")
     if prof:
         lines += [f"Where the model's time goes (`profile.md`): {_fmt(prof.get('model_ms'), '.3f')} ms in the model, "

@@ -126,6 +126,9 @@ class TuningSession:
         self.runner = runner or make_runner(self.measure, target)
         self.cost_model = cost_model or self._make_cost_model()
         self._contexts: dict[int, object] = {}
+        # task index -> candidates measured at the head of its next batch, before the search's own: a function of
+        # the task's TuneContext (its postprocessors) and the batch size, called once (the library's transfer)
+        self.first_candidates: dict[int, object] = {}
         self._index_bounds: dict[str, dict[int, int]] = {}  # task key -> {param position: high}
 
     # -- persistence -----------------------------------------------------------------------------
@@ -294,6 +297,10 @@ class TuningSession:
             cands = ctx.generate_measure_candidates()
             if cands and batch is not None:
                 cands = list(cands)[:batch]
+            if i in self.first_candidates:
+                size = batch or self.search.trials_per_iter
+                head = list(self.first_candidates.pop(i)(ctx, size))[:size]
+                cands = head + list(cands or [])[:size - len(head)]
             res.search_s += time.perf_counter() - t0
             if not cands:
                 res.note, res.exhausted = self.retirement.search_exhausted(st), True

@@ -286,7 +286,8 @@ class MlflowCallback(RunCallback):
         if summary.get("library"):
             lib = summary["library"]
             t.set_tags({"library.matched_tasks": lib["matched_tasks"], "library.seeded_records": lib["seeded_records"],
-                        "library.written_records": lib["written_records"], "library.url": lib["url"]})
+                        "library.written_records": lib["written_records"], "library.url": lib["url"],
+                        "library.transferred_tasks": lib["transferred_tasks"]})
         summary["mlflow_run_id"] = t.run_id
         summary["mlflow_tracking_uri"] = mask(t.uri)
         summary["mlflow_ui"] = t.ui_hint()

@@ -2,6 +2,7 @@
 concurrent writers, a writer killed mid-transaction), its CLI, and real tuning runs sharing it."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -19,9 +20,9 @@ FP = "llvm/znver3/2c|AMD EPYC|sse4_2+avx+avx2+fma"
 OTHER = "llvm/znver5/2c|AMD EPYC 9005|sse4_2+avx+avx2+fma+avx512f"
 
 
-def rec(key: str, trace: int, mean_s: float, kind: str = "conv2d") -> LibraryRecord:
+def rec(key: str, trace: int, mean_s: float, kind: str = "conv2d", flops: float = 1e6) -> LibraryRecord:
     """A record shaped as TVM's JSON is (trace first, then run seconds); the store never parses it."""
-    return LibraryRecord(key, kind, ["wl", key], [[["insts"], [trace]], [mean_s]], mean_s)
+    return LibraryRecord(key, kind, f"fused_{kind}_add", flops, ["wl", key], [[["insts"], [trace]], [mean_s]], mean_s)
 
 
 @pytest.fixture
@@ -44,6 +45,15 @@ def test_top_records_are_per_fingerprint_best_first_one_per_schedule(lib):
     assert best[0][1][0][1] == [2]
     # records of another kind of machine are never returned
     assert lib.top_records(OTHER, ["a", "b"], 2) == {}
+
+
+def test_similar_tasks_are_the_same_pattern_closest_in_flops(lib):
+    run = lib.start_run(FP, "m")
+    lib.add(FP, run, [rec("near", 1, 2e-3, flops=2e6), rec("near", 2, 1e-3, flops=2e6), rec("far", 1, 1e-3, flops=1e9),
+                      rec("self", 1, 1e-3, flops=1e6), rec("dense", 1, 1e-3, kind="dense", flops=1e6)])
+    got = lib.similar(FP, "fused_conv2d_add", 1e6, exclude={"self"}, tasks=2, per_task=1)
+    assert [(w[1], r[0][1]) for w, r in got] == [("near", [2]), ("far", [1])]
+    assert lib.similar(OTHER, "fused_conv2d_add", 1e6) == []
 
 
 def test_adding_the_same_run_record_twice_keeps_one(lib):
@@ -127,8 +137,8 @@ WRITER = textwrap.dedent("""
     name, batches = sys.argv[1], int(sys.argv[2])
     run = lib.start_run({fp!r}, name)
     for b in range(batches):
-        lib.add({fp!r}, run, [LibraryRecord("k" + str(b % 7), "conv2d", ["wl"], [[name, b, i], [1e-3]], 1e-3 + i * 1e-6)
-                              for i in range(25)])
+        lib.add({fp!r}, run, [LibraryRecord("k" + str(b % 7), "conv2d", "conv2d", 1e6, ["wl"], [[name, b, i], [1e-3]],
+                                            1e-3 + i * 1e-6) for i in range(25)])
     if len(sys.argv) > 3:  # die in the middle of a transaction
         with lib.engine.begin() as conn:
             conn.execute(records.insert().values(fingerprint={fp!r}, task_key="k0", run_id=run, trace_hash="dying",
@@ -317,3 +327,44 @@ def test_nightly_retunes_and_registry_runs_use_the_library_by_default(tmp_path):
     # a URL with a password is passed on as a reference to the environment, never as text
     cfg = load_config(None, ["library.url=postgresql+psycopg://tuner:pw123@db.internal/lib"], work_dir=str(tmp_path))
     assert "pw123" not in json.dumps(cfg.to_dict()) and "pw123" not in json.dumps(cfg.to_record())
+
+
+@pytest.mark.parametrize("old, extent, inner, want", [
+    ([4, 7, 2], 56, -1, [4, 7, 2]),  # fits as it is
+    ([2, 7, 4], 112, -1, [4, 7, 4]),  # a longer loop: the outermost tile takes the rest
+    ([1, 16, 8], 24, -1, [1, 3, 8]),  # inner tiles kept where they divide, shrunk where not
+    ([1, 1, 64], 96, 16, [6, 1, 16]),  # the innermost tile stays within max_innermost
+    ([3, 5], 7, -1, [7, 1]),  # a prime extent
+])
+def test_refit_tiles_keeps_the_inner_tiles_and_multiplies_to_the_extent(old, extent, inner, want):
+    from dynatune.library.transfer import refit_tiles
+
+    got = refit_tiles(old, extent, inner)
+    assert got == want and math.prod(got) == extent
+
+
+def test_task_pattern_leaves_the_shapes_out():
+    from dynatune.library.transfer import task_pattern
+
+    assert task_pattern("fused_conv2d7_add4_relu41") == task_pattern("fused_conv2d_add_relu1") == \
+        "fused_conv2d_add_relu"
+    assert task_pattern("fused_matmul3_add2") == "fused_matmul_add" != task_pattern("fused_conv2d_add")
+
+
+@pytest.mark.slow
+def test_a_new_task_gets_a_first_batch_transferred_from_similar_library_tasks(tuned_once):
+    """The same network, twice as wide: no key matches, and the convolutions' first batches start with the
+    narrow network's best schedules, refitted to the new shapes, next to the search's own candidates."""
+    from dynatune.pipeline import TuningRun
+
+    d, url, _, _ = tuned_once
+    wide = make_tiny_onnx(str(d / "wide.onnx"), batch=1, channels=16)
+    with TuningRun(_config(wide, d / "wide", f"library.url={url}")) as r:
+        assert r.library.report()["transfer_tasks"] > 0
+        while r.session.first_candidates and not r.tuner.done():
+            r.tuner.step()
+        got = r.library.report()
+    assert got["transferred_tasks"] > 0
+    batches = [b for b in got["transfer_first_batches"] if b["transferred"]]
+    assert batches and any(b["transferred_best_s"] is not None for b in batches)  # built and ran on the new shapes
+    assert all(b["searched"] > 0 for b in batches)  # the search filled the rest of the batch

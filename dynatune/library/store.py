@@ -43,8 +43,11 @@ workloads = sa.Table(
     "dt_workloads", metadata,
     sa.Column("fingerprint", sa.String(400), primary_key=True),
     sa.Column("task_key", sa.String(128), primary_key=True),
-    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),  # the operator: conv2d, matmul, ...
+    sa.Column("pattern", sa.String(200), nullable=False),  # the fused operators, shapes left out (transfer)
+    sa.Column("flops", sa.Float, nullable=False),
     sa.Column("workload", sa.Text, nullable=False),
+    sa.Index("dt_workloads_by_pattern", "fingerprint", "pattern"),
 )
 records = sa.Table(
     "dt_records", metadata,
@@ -75,6 +78,8 @@ class LibraryRecord:
 
     task_key: str
     kind: str
+    pattern: str
+    flops: float
     workload: object  # MetaSchedule's Workload.as_json()
     record: object  # dynatune.database.record_json(TuningRecord)
     mean_s: float
@@ -148,7 +153,7 @@ class ScheduleLibrary:
                 if r.task_key not in seen:
                     seen.add(r.task_key)
                     wl_rows.append({"fingerprint": fingerprint, "task_key": r.task_key, "kind": r.kind,
-                                    "workload": json.dumps(r.workload)})
+                                    "pattern": r.pattern, "flops": float(r.flops), "workload": json.dumps(r.workload)})
             _insert_ignoring_existing(conn, workloads, wl_rows)
             n = _insert_ignoring_existing(conn, records, [
                 {"fingerprint": fingerprint, "task_key": r.task_key, "run_id": run_id,
@@ -180,6 +185,19 @@ class ScheduleLibrary:
                     if best:
                         out[key] = (json.loads(text), list(best.values()))
         return out
+
+    def similar(self, fingerprint: str, pattern: str, flops: float, exclude=(), tasks: int = 3,
+                per_task: int = 2) -> list[tuple]:
+        """The best records of up to ``tasks`` library tasks with the same operator ``pattern`` (other shapes),
+        the closest in FLOPs first: ``[(workload, record), ...]``."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(workloads.c.task_key, workloads.c.flops).where(
+                workloads.c.fingerprint == fingerprint, workloads.c.pattern == pattern)).all()
+        exclude = set(exclude)
+        nearest = sorted((r for r in rows if r.task_key not in exclude),
+                         key=lambda r: abs(math.log(max(r.flops, 1.0) / max(flops, 1.0))))[:tasks]
+        found = self.top_records(fingerprint, [r.task_key for r in nearest], per_task)
+        return [(found[r.task_key][0], rec) for r in nearest if r.task_key in found for _, rec in found[r.task_key][1]]
 
     def summary(self, newest: int = 5) -> dict:
         """What the library holds: per fingerprint its tasks, records and runs, and its newest runs."""
@@ -263,7 +281,7 @@ class ScheduleLibrary:
                 "skipped": len(rec_rows) - n}
 
 
-WORKLOAD_FIELDS = ("task_key", "kind", "workload")
+WORKLOAD_FIELDS = ("task_key", "kind", "pattern", "flops", "workload")
 RECORD_FIELDS = ("task_key", "run_id", "trace_hash", "mean_s", "record", "created")
 
 
@@ -283,7 +301,11 @@ def read_export(path: str) -> tuple[str, list, list]:
         raise DynatuneError(f"{path} is library format version {head.get('version')}; this dynatune reads "
                             f"{FORMAT_VERSION}")
     try:
-        wl_rows = [{c: str(line["workload"][c]) for c in WORKLOAD_FIELDS} for line in lines[1:] if "workload" in line]
+        wl_rows = [{c: line["workload"][c] for c in WORKLOAD_FIELDS} for line in lines[1:] if "workload" in line]
+        for w in wl_rows:
+            w["flops"] = float(w["flops"])
+            w["task_key"], w["kind"], w["pattern"], w["workload"] = (
+                str(w["task_key"]), str(w["kind"]), str(w["pattern"]), str(w["workload"]))
         rec_rows = [{c: line["record"][c] for c in RECORD_FIELDS} for line in lines[1:] if "record" in line]
         for r in rec_rows:
             r["mean_s"], r["created"] = float(r["mean_s"]), float(r["created"])

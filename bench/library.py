@@ -1,0 +1,104 @@
+"""What the schedule library saves (issue #15): tune model A cold into a fresh library, then tune model B
+three ways with the same budget: cold (no library), with A's library, and with A's library but key
+matching off (transfer only).
+
+    python bench/library.py --pair ../shared/models/squeezenet1_1.onnx ../shared/models/mnasnet0_5.onnx \
+        --pair ../shared/models/squeezenet1_1.onnx ../shared/models/squeezenet1_1.onnx@input=1x3x160x160 \
+        --budget 600 --out bench/results/library
+
+A model is ``PATH[@INPUT=DIMS]`` (another input resolution: every task has a new key). Each B run starts from
+its own copy of A's library, so the three see the same library. Per B run: the time to reach B-cold's final
+estimate (TTQ, x (1 + rtol)), the ratio TTQ(cold) / TTQ(run), the compiled model's latency at equal budget,
+the matched and transferred tasks, and the transferred first batches against the search's own.
+
+Resumable: each finished run is ``<out>/runs/<pair>-<A|cold|library|transfer>.json``.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from dynatune.config import load_config  # noqa: E402
+from dynatune.files import atomic_write_json  # noqa: E402
+from dynatune.livebench import run_one  # noqa: E402
+from dynatune.model import parse_shape  # noqa: E402
+from dynatune.replay import time_to_quality, ttq_ratio  # noqa: E402
+
+B_VARIANTS = {"cold": ["library.enabled=false"], "library": [], "transfer": ["library.match_keys=false"]}
+
+
+def model_spec(text: str) -> tuple[str, dict, str]:
+    """``PATH[@NAME=DIMS]`` -> (path, shapes, a short name)."""
+    path, _, shape = text.partition("@")
+    shapes = dict([parse_shape(shape)]) if shape else {}
+    name = os.path.splitext(os.path.basename(path))[0] + ("-" + shape.split("=")[1] if shape else "")
+    return path, shapes, name
+
+
+def config(spec: str, work: str, budget: float, slot: float, library_db: str | None, extra=()):
+    path, shapes, _ = model_spec(spec)
+    lib = [f"library.url=sqlite:///{library_db}"] if library_db else []
+    return load_config(None, [f"slot_s={slot}", "search.trials_per_iter=8", "measure_every_s=0",
+                              "compile.measure_untuned=false", "compile.profile=false", *lib, *extra],
+                       model=path, shapes=shapes or None, budget=budget, work_dir=work)
+
+
+def run_saved(out: str, name: str, cfg) -> dict:
+    saved = os.path.join(out, "runs", name + ".json")
+    if os.path.exists(saved):
+        with open(saved) as f:
+            return json.load(f)
+    res = run_one(cfg)
+    summary = json.load(open(os.path.join(cfg.work_dir, "report", "summary.json")))
+    res["library"] = summary.get("library")
+    res["curve"][0] = (0.0, summary["start_estimated_latency_ms"] / 1e3)  # with the library's records in it
+    atomic_write_json(saved, res)
+    print(f"{name}: {res['estimated_ms']:.3f} ms estimated, {res['latency_ms']:.3f} ms measured", flush=True)
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pair", nargs=2, action="append", metavar=("A", "B"), required=True)
+    ap.add_argument("--budget", type=float, default=600)
+    ap.add_argument("--slot", type=float, default=20)
+    ap.add_argument("--rtol", type=float, default=0.02)
+    ap.add_argument("--out", default="bench/results/library")
+    args = ap.parse_args(argv)
+    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
+    pairs = []
+    for a, b in args.pair:
+        pair = f"{model_spec(a)[2]}--{model_spec(b)[2]}"
+        work = os.path.join(args.out, "work", pair)
+        lib_a = os.path.join(work, "library-A.db")
+        run_a = run_saved(args.out, pair + "-A", config(a, os.path.join(work, "A"), args.budget, args.slot, lib_a))
+        runs = {}
+        for variant, extra in B_VARIANTS.items():
+            lib = None
+            if variant != "cold":  # each B run from its own copy of A's library
+                lib = os.path.join(work, f"library-{variant}.db")
+                if not os.path.exists(os.path.join(args.out, "runs", f"{pair}-{variant}.json")):
+                    shutil.copyfile(lib_a, lib)
+            runs[variant] = run_saved(args.out, f"{pair}-{variant}",
+                                      config(b, os.path.join(work, "B-" + variant), args.budget, args.slot, lib, extra))
+        target = runs["cold"]["curve"][-1][1]
+        ttq = {k: time_to_quality(r["curve"], target, args.rtol) for k, r in runs.items()}
+        pairs.append({"pair": pair, "A": run_a, "B": runs, "target_ms": target * 1e3,
+                      "ttq_s": {k: None if v == float("inf") else v for k, v in ttq.items()},
+                      # TTQ(cold) / TTQ(run); None: reached at the start, before any tuning
+                      "sooner_than_cold": {k: ttq_ratio(ttq["cold"], ttq[k], args.budget)
+                                           for k in ("library", "transfer")},
+                      "latency_ms": {k: r["latency_ms"] for k, r in runs.items()}})
+        p = pairs[-1]
+        print(f"{pair}: TTQ {p['ttq_s']}, sooner than cold {p['sooner_than_cold']}, latency {p['latency_ms']}",
+              flush=True)
+    atomic_write_json(os.path.join(args.out, "library.json"), {"budget_s": args.budget, "rtol": args.rtol,
+                                                               "pairs": pairs})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
