@@ -355,9 +355,10 @@ def _insert_ignoring_existing(conn, table, rows: list[dict]) -> int:
         from sqlalchemy.dialects.postgresql import insert
     else:
         raise DynatuneError(f"the schedule library supports SQLite and PostgreSQL, not {name}")
+    first_key = table.primary_key.columns.values()[0]
     n = 0
-    for chunk in _chunks(rows, 200):
-        n += conn.execute(insert(table).values(chunk).on_conflict_do_nothing()).rowcount
+    for chunk in _chunks(rows, 200):  # RETURNING counts the rows inserted (psycopg's rowcount here is -1)
+        n += len(conn.execute(insert(table).values(chunk).on_conflict_do_nothing().returning(first_key)).all())
     return n
 
 

@@ -48,7 +48,7 @@ def _refitting(sch):
 def transferred_candidates(mod, sources, postprocs, limit: int, seed: int = 1) -> list:
     """Up to ``limit`` distinct MeasureCandidates for ``mod`` (an IRModule with ``main``) re-applied from
     ``sources`` (``[(workload json, record json), ...]``, best first)."""
-    import tvm
+    from tvm_ffi import structural_hash
     from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
@@ -68,7 +68,7 @@ def transferred_candidates(mod, sources, postprocs, limit: int, seed: int = 1) -
                 continue
         except Exception:  # does not fit this workload (another loop nest, a block it lacks): not transferable
             continue
-        h = tvm.ir.structural_hash(sch.mod)
+        h = structural_hash(sch.mod)
         if h not in seen:
             seen.add(h)
             out.append(MeasureCandidate(sch, args))
