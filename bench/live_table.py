@@ -1,36 +1,52 @@
-"""The BENCHMARKS.md table of a live scheduler benchmark, from its raw JSON.
+"""The BENCHMARKS.md tables of a live scheduler benchmark (``dynatune bench live``), from its raw JSON.
 
-    python bench/live_table.py [bench/results/live/live.json]
+    python bench/live_table.py [bench/results/live14/live.json]
 
-TTQ = seconds of tuning each scheduler needed to reach the gradient rule's final estimate; ratio =
-TTQ(other) / TTQ(dynatune) (> 1: DynaTune sooner); a run that never reaches it counts as the budget, so
-its ratio is only a bound (printed with < or >).
+Per (model, seed): each scheduler's measured model at its periodic points and at the end, its estimate at
+a quarter, half, three quarters and all of the budget, and its final ratio to ONNX Runtime. Then TTQ: the
+seconds of tuning each scheduler needed to reach gradient's final quality (x (1 + rtol)), on the measured
+model and on the estimate, and whether DynaTune counts as sooner (``dynatune.livebench.SOONER``).
 """
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dynatune.replay import objective_at, time_to_quality, ttq_ratio  # noqa: E402
+from dynatune.replay import objective_at  # noqa: E402
 
-path = sys.argv[1] if len(sys.argv) > 1 else "bench/results/live/live.json"
+path = sys.argv[1] if len(sys.argv) > 1 else "bench/results/live14/live.json"
 doc = json.load(open(path))
 budget = doc["budget_s"]
-print("| model | scheduler | rounds | trials | estimate at 25/50/100 % of budget (ms) | measured (ms) "
-      "| TTQ to gradient's final (s) | DynaTune sooner by |")
+
+
+def ms(x):
+    return "never" if x is None else f"{x:.0f}"
+
+
+print("| model | seed | scheduler | measured model at the periodic points / end (ms) "
+      "| estimate at 25 / 50 / 75 / 100 % (ms) | final vs ONNX Runtime |")
+print("|---|---|---|---|---|---|")
+for p in doc["pairs"]:
+    for k, r in p["runs"].items():
+        meas = " / ".join(f"{v * 1e3:.2f}" for _, v in r["measured"]) + f" / **{r['latency_ms']:.2f}**"
+        est = " / ".join(f"{objective_at(r['curve'], f * budget) * 1e3:.2f}" for f in (0.25, 0.5, 0.75, 1.0))
+        print(f"| {p['model']} | {p['seed']} | {k} | {meas} | {est} | {r['ratio_vs_onnxruntime']:.2f}x |")
+
+print()
+print("| model | seed | on | gradient's final (ms) | TTQ DynaTune / gradient / round-robin (s) "
+      "| vs gradient | vs round-robin | DynaTune sooner |")
 print("|---|---|---|---|---|---|---|---|")
-for model, res in doc["models"].items():
-    runs = res["runs"]
-    target = runs["gradient"]["curve"][-1][1]
-    ttq = {k: time_to_quality(r["curve"], target) for k, r in runs.items()}
-    for k, r in runs.items():
-        est = " / ".join(f"{objective_at(r['curve'], f * budget) * 1e3:.2f}" for f in (0.25, 0.5, 1.0))
-        ratio = "" if k == "dynatune" else f"{ttq_ratio(ttq[k], ttq['dynatune'], budget):.2f}x"
-        if ratio and ttq["dynatune"] == ttq[k] == float("inf"):
-            ratio = "n/a (neither reached it)"
-        elif ratio and ttq["dynatune"] == float("inf"):
-            ratio = "< " + ratio + " (DynaTune never reached it)"  # its TTQ is > budget: an upper bound
-        elif ratio and ttq[k] == float("inf"):
-            ratio = "> " + ratio + f" ({k} never reached it)"  # a lower bound
-        t = "never" if ttq[k] == float("inf") else f"{ttq[k]:.0f}"
-        print(f"| {model} | {k} | {r['rounds']} | {r['trials']} | {est} | {r['latency_ms']:.2f} | {t} | {ratio} |")
+for p in doc["pairs"]:
+    for on in ("measured", "estimate"):
+        c = p[on]
+        t = c["ttq_s"]
+
+        def ratio(key):
+            return "n/a" if c[key] is None else f"{c[key]:.2f}x"
+
+        print(f"| {p['model']} | {p['seed']} | {on} | {c['target_ms']:.2f} | {ms(t['dynatune'])} / "
+              f"{ms(t['gradient'])} / {ms(t['round_robin'])} | {ratio('ttq_vs_gradient')} "
+              f"| {ratio('ttq_vs_round_robin')} | {'yes' if c['dynatune_sooner_than_gradient'] else 'no'} |")
+print()
+print(f"DynaTune sooner than gradient: {doc['dynatune_sooner_measured']} of {len(doc['pairs'])} pairs on the "
+      f"measured model, {doc['dynatune_sooner_estimate']} on the estimate (rtol {doc['rtol']}).")
