@@ -28,8 +28,9 @@ print("| model | seed | scheduler | measured model at the periodic points / end 
 print("|---|---|---|---|---|---|")
 for p in doc["pairs"]:
     for k, r in p["runs"].items():
-        meas = " / ".join(f"{v * 1e3:.2f}" for _, v in r["measured"]) + f" / **{r['latency_ms']:.2f}**"
-        est = " / ".join(f"{objective_at(r['curve'], f * budget) * 1e3:.2f}" for f in (0.25, 0.5, 0.75, 1.0))
+        # the last measured point is the final compiled model
+        meas = " / ".join(f"{v * 1e3:#.3g}" for _, v in r["measured"][:-1]) + f" / **{r['latency_ms']:#.3g}**"
+        est = " / ".join(f"{objective_at(r['curve'], f * budget) * 1e3:#.3g}" for f in (0.25, 0.5, 0.75, 1.0))
         print(f"| {p['model']} | {p['seed']} | {k} | {meas} | {est} | {r['ratio_vs_onnxruntime']:.2f}x |")
 
 print()
@@ -44,7 +45,7 @@ for p in doc["pairs"]:
         def ratio(key):
             return "n/a" if c[key] is None else f"{c[key]:.2f}x"
 
-        print(f"| {p['model']} | {p['seed']} | {on} | {c['target_ms']:.2f} | {ms(t['dynatune'])} / "
+        print(f"| {p['model']} | {p['seed']} | {on} | {c['target_ms']:#.3g} | {ms(t['dynatune'])} / "
               f"{ms(t['gradient'])} / {ms(t['round_robin'])} | {ratio('ttq_vs_gradient')} "
               f"| {ratio('ttq_vs_round_robin')} | {'yes' if c['dynatune_sooner_than_gradient'] else 'no'} |")
 print()
