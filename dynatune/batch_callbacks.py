@@ -8,8 +8,9 @@ object the session calls in order, and a session can be given its own list.
   (``db/measurements.jsonl``);
 - :class:`UpdateCostModel`: the shared cost model learns from the candidates that ran;
 - :class:`RetireFailingTask`: the retirement policy's failure rule (:mod:`dynatune.retirement`);
-- :class:`dynatune.library.link.WriteToLibrary` (added by a run that uses the schedule library): the batch's
-  records into the library, in one transaction.
+- added by a run that uses the schedule library (:mod:`dynatune.library.link`): ``WriteToLibrary``, the
+  batch's records into the library in one transaction, and ``CompareTransferred``, a transferred task's
+  first batch, its transferred candidates against the search's own.
 """
 
 from __future__ import annotations
