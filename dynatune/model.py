@@ -188,6 +188,7 @@ def _import_model(path: str, shapes, name) -> Model:
                     )
             shape = tuple(dims)
         inputs.append(ModelInput(vi.name, tuple(int(s) for s in shape), dtype))
+    _pin_input_shapes(graph, inputs)
     mod = _to_relax(proto, {i.name: list(i.shape) for i in inputs}, {i.name: i.dtype for i in inputs}, path)
     from tvm import relax
 
@@ -202,6 +203,26 @@ def _import_model(path: str, shapes, name) -> Model:
         mod=mod,
         params=list(params.get("main", [])),
     )
+
+
+def _pin_input_shapes(graph, inputs) -> None:
+    """Write the inputs' shapes into the graph, so that ONNX Runtime (the reference) runs the model at the
+    shapes TVM tunes. Where that changes a static dim, the recorded intermediate and output shapes may no
+    longer hold: they are dropped, and ONNX Runtime infers them again."""
+    changed = False
+    for vi, given in zip(graph.input, inputs):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) != len(given.shape):  # no shape recorded: only possible when it was given
+            for _ in given.shape:
+                dims.add()
+        for d, want in zip(dims, given.shape):
+            if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != want:
+                changed = True
+            d.dim_value = int(want)
+    if changed:
+        del graph.value_info[:]
+        for out in graph.output:
+            out.type.tensor_type.ClearField("shape")
 
 
 def _to_relax(proto, shape_dict, dtype_dict, path):

@@ -52,6 +52,20 @@ def test_shape_with_wrong_rank(tiny_onnx):
         load_model(tiny_onnx, {"x": (1, 3)})
 
 
+def test_shape_override_reaches_the_reference():
+    """A static dim overridden with --shape: ONNX Runtime (the reference) runs the model at the new shape too."""
+    import numpy as np
+
+    from dynatune.compile import onnxruntime_outputs
+
+    name = load_model(light_model("squeezenet")).inputs[0].name
+    model = load_model(light_model("squeezenet"), {name: (2, 3, 224, 224)})
+    assert model.inputs[0].shape == (2, 3, 224, 224)
+    x = np.random.default_rng(0).random((2, 3, 224, 224), dtype=np.float32)
+    _, (out, *_) = onnxruntime_outputs(model, {name: x}, 1)
+    assert out.shape[0] == 2
+
+
 def test_missing_and_bad_files(tmp_path):
     with pytest.raises(DynatuneError, match="not found"):
         load_model(str(tmp_path / "none.onnx"))
