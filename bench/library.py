@@ -6,18 +6,21 @@ matching off (transfer only).
         --pair ../shared/models/squeezenet1_1.onnx ../shared/models/squeezenet1_1.onnx@input=1x3x160x160 \
         --budget 600 --out bench/results/library
 
-A model is ``PATH[@INPUT=DIMS]`` (another input resolution: every task has a new key). Each B run starts from
-its own copy of A's library, so the three see the same library. Per B run: the time to reach B-cold's final
+A model is ``PATH[@INPUT=DIMS]`` (another input resolution: every task has a new key). A is tuned once for
+all pairs that start from it. Each B run starts from its own copy of A's library, so the three see the same
+library. A pair whose B is A itself (the nightly retune of an unchanged model: every key matches) takes A's
+run as B's cold run: the same config, seed and budget. The library's seeding time (before the tuning clock
+starts) is added to its runs' curves. Per B run: the time to reach B-cold's final
 estimate (TTQ, x (1 + rtol)), the ratio TTQ(cold) / TTQ(run), the compiled model's latency at equal budget,
 the matched and transferred tasks, and the transferred first batches against the search's own.
 
-Resumable: each finished run is ``<out>/runs/<pair>-<A|cold|library|transfer>.json``.
+Resumable: each finished run is ``<out>/runs/A-<A>.json`` or ``<out>/runs/<pair>-<cold|library|transfer>.json``.
 """
 
 import argparse
 import json
 import os
-import shutil
+import sqlite3
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -40,10 +43,18 @@ def model_spec(text: str) -> tuple[str, dict, str]:
 
 def config(spec: str, work: str, budget: float, slot: float, library_db: str | None, extra=()):
     path, shapes, _ = model_spec(spec)
-    lib = [f"library.url=sqlite:///{library_db}"] if library_db else []
+    lib = [f"library.url=sqlite:///{os.path.abspath(library_db)}"] if library_db else []
     return load_config(None, [f"slot_s={slot}", "search.trials_per_iter=8", "measure_every_s=0",
                               "compile.measure_untuned=false", "compile.profile=false", *lib, *extra],
                        model=path, shapes=shapes or None, budget=budget, work_dir=work)
+
+
+def copy_library(src: str, dst: str) -> None:
+    """A consistent copy of a SQLite library (its write-ahead log included)."""
+    if os.path.exists(dst):
+        os.remove(dst)
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
 
 
 def run_saved(out: str, name: str, cfg) -> dict:
@@ -55,6 +66,8 @@ def run_saved(out: str, name: str, cfg) -> dict:
     summary = json.load(open(os.path.join(cfg.work_dir, "report", "summary.json")))
     res["library"] = summary.get("library")
     res["curve"][0] = (0.0, summary["start_estimated_latency_ms"] / 1e3)  # with the library's records in it
+    seed_s = (res["library"] or {}).get("seed_s", 0.0)
+    res["curve"] = [(t + seed_s, v) for t, v in res["curve"]]
     atomic_write_json(saved, res)
     print(f"{name}: {res['estimated_ms']:.3f} ms estimated, {res['latency_ms']:.3f} ms measured", flush=True)
     return res
@@ -73,25 +86,33 @@ def main(argv=None) -> int:
     for a, b in args.pair:
         pair = f"{model_spec(a)[2]}--{model_spec(b)[2]}"
         work = os.path.join(args.out, "work", pair)
-        lib_a = os.path.join(work, "library-A.db")
-        run_a = run_saved(args.out, pair + "-A", config(a, os.path.join(work, "A"), args.budget, args.slot, lib_a))
+        work_a = os.path.join(args.out, "work", "A-" + model_spec(a)[2])
+        lib_a = os.path.join(work_a, "library.db")
+        os.makedirs(work_a, exist_ok=True)
+        os.makedirs(work, exist_ok=True)
+        run_a = run_saved(args.out, "A-" + model_spec(a)[2], config(a, os.path.join(work_a, "run"), args.budget,
+                                                                    args.slot, lib_a))
         runs = {}
         for variant, extra in B_VARIANTS.items():
+            if variant == "cold" and model_spec(a) == model_spec(b):
+                runs[variant] = run_a
+                continue
             lib = None
             if variant != "cold":  # each B run from its own copy of A's library
                 lib = os.path.join(work, f"library-{variant}.db")
                 if not os.path.exists(os.path.join(args.out, "runs", f"{pair}-{variant}.json")):
-                    shutil.copyfile(lib_a, lib)
+                    copy_library(lib_a, lib)
             runs[variant] = run_saved(args.out, f"{pair}-{variant}",
                                       config(b, os.path.join(work, "B-" + variant), args.budget, args.slot, lib, extra))
         target = runs["cold"]["curve"][-1][1]
         ttq = {k: time_to_quality(r["curve"], target, args.rtol) for k, r in runs.items()}
-        pairs.append({"pair": pair, "A": run_a, "B": runs, "target_ms": target * 1e3,
+        pairs.append({"pair": pair, "A": run_a, "B": runs, "cold_is_A": runs["cold"] is run_a, "target_ms": target * 1e3,
                       "ttq_s": {k: None if v == float("inf") else v for k, v in ttq.items()},
                       # TTQ(cold) / TTQ(run); None: reached at the start, before any tuning
                       "sooner_than_cold": {k: ttq_ratio(ttq["cold"], ttq[k], args.budget)
                                            for k in ("library", "transfer")},
-                      "latency_ms": {k: r["latency_ms"] for k, r in runs.items()}})
+                      "latency_ms": {k: r["latency_ms"] for k, r in runs.items()},
+                      "ratio_vs_onnxruntime": {k: r["ratio_vs_onnxruntime"] for k, r in runs.items()}})
         p = pairs[-1]
         print(f"{pair}: TTQ {p['ttq_s']}, sooner than cold {p['sooner_than_cold']}, latency {p['latency_ms']}",
               flush=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 import warnings
 
 from ..batch_callbacks import BatchCallback
@@ -70,6 +71,7 @@ class RunLibrary:
             with open(done) as f:
                 self.seeded = json.load(f)
             return self.seeded
+        t0 = time.perf_counter()
         by_key = {t.key: t for t in session.tasks}
         found = self.library.top_records(self.fingerprint, by_key, self.seed_records) if self.match_keys else {}
         n, unreadable = self._add_records(session, by_key, found)
@@ -77,7 +79,7 @@ class RunLibrary:
             if self.transfer else []
         self.seeded = {"matched_tasks": len(found), "seeded_records": n, "unreadable_records": unreadable,
                        "matched": sorted(by_key[k].name for k in found), "transfer_tasks": len(transfer),
-                       "transfer": transfer}
+                       "transfer": transfer, "seed_s": round(time.perf_counter() - t0, 3)}
         atomic_write_json(done, self.seeded)
         return self.seeded
 
@@ -119,7 +121,8 @@ class RunLibrary:
         return {"url": self.library.shown_url, "fingerprint": self.fingerprint,
                 "matched_tasks": self.seeded.get("matched_tasks", 0),
                 "seeded_records": self.seeded.get("seeded_records", 0),
-                "transfer_tasks": self.seeded.get("transfer_tasks", 0), **self.comparison.summary(),
+                "transfer_tasks": self.seeded.get("transfer_tasks", 0), "seed_s": self.seeded.get("seed_s", 0.0),
+                **self.comparison.summary(),
                 "written_records": self.writer.written, "write_error": self.writer.error}
 
     def close(self) -> None:
