@@ -6,6 +6,13 @@ import json
 import os
 
 
+def cache_root(*parts: str) -> str:
+    """dynatune's cache on this machine (the schedule library, roofline figures): ``$DYNATUNE_CACHE_DIR``,
+    else ``~/.cache/dynatune``; ``parts`` name a path below it."""
+    root = os.environ.get("DYNATUNE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "dynatune")
+    return os.path.join(root, *parts)
+
+
 def atomic_write_json(path: str, obj) -> None:
     """Write JSON so that a kill leaves either the old or the new file, never half of one."""
     tmp = f"{path}.tmp{os.getpid()}"

@@ -9,7 +9,7 @@ Both machine figures come from a short micro-benchmark (about a second, on the u
 compute is the best of a few float32 matrix products through the BLAS library numpy ships (what a
 well-tuned kernel attains here, not the datasheet's figure), bandwidth the best of a few copies of an
 array far larger than the caches, counted as bytes read plus written. The result is cached per machine
-fingerprint (:func:`dynatune.target.machine_fingerprint`) in ``~/.cache/dynatune/roofline/``: measure it on
+fingerprint (:func:`dynatune.target.machine_fingerprint`) in ``~/.cache/dynatune/roofline/`` (or under ``$DYNATUNE_CACHE_DIR``): measure it on
 quiet cores once, every run after reads it. Only CPU targets have one here (``None`` otherwise).
 
 The belief model that uses it is :mod:`dynatune.beliefs.headroom`.
@@ -23,9 +23,8 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from .files import atomic_write_json
+from .files import atomic_write_json, cache_root
 
-CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "dynatune", "roofline")
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ def machine_roofline(target, cache_dir: str | None = None, remeasure: bool = Fal
     if target.kind.name != "llvm":
         return None
     fp = machine_fingerprint(target)
-    path = os.path.join(cache_dir or CACHE_DIR, hashlib.sha256(fp.encode()).hexdigest()[:16] + ".json")
+    path = os.path.join(cache_dir or cache_root("roofline"), hashlib.sha256(fp.encode()).hexdigest()[:16] + ".json")
     if not remeasure and os.path.exists(path):
         try:
             with open(path) as f:

@@ -63,6 +63,16 @@ def test_adding_the_same_run_record_twice_keeps_one(lib):
     assert lib.summary()["fingerprints"][0]["records"] == 1
 
 
+def test_a_batch_without_its_workload_is_kept_under_the_one_sent_before(lib):
+    run = lib.start_run(FP, "m")
+    lib.add(FP, run, [rec("a", 1, 2e-3)])
+    later = rec("a", 2, 1e-3)
+    later.workload = None  # a run sends a task's workload with its first batch only
+    assert lib.add(FP, run, [later]) == 1
+    workload, best = lib.top_records(FP, ["a"], 2)["a"]
+    assert workload == ["wl", "a"] and [m for m, _ in best] == [1e-3, 2e-3]
+
+
 def test_summary_lists_fingerprints_tasks_records_runs(lib):
     lib.add(FP, lib.start_run(FP, "squeezenet"), [rec("a", 1, 1e-3), rec("b", 1, 1e-3, kind="dense")])
     lib.add(OTHER, lib.start_run(OTHER, "mnasnet"), [rec("a", 1, 1e-3)])

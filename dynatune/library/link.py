@@ -21,6 +21,7 @@ A resumed run is not seeded twice (``<work_dir>/library.json``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -137,7 +138,7 @@ class WriteToLibrary(BatchCallback):
         self.run_id: str | None = None
         self.written = 0
         self.error: str | None = None
-        self._workloads: dict[str, object] = {}
+        self._sent: set[str] = set()  # task keys whose workload the library has from this run
 
     def apply(self, session, batch) -> None:
         from ..beliefs.headroom import operator_kind
@@ -145,9 +146,8 @@ class WriteToLibrary(BatchCallback):
         if self.error is not None or not batch.records:
             return
         t = batch.task
-        if t.key not in self._workloads:
-            self._workloads[t.key] = session.db.workload_json(t.key)
-        rows = [LibraryRecord(t.key, operator_kind(t.name), task_pattern(t.name), t.flops, self._workloads[t.key],
+        workload = None if t.key in self._sent else session.db.workload_json(t.key)  # once per task and run
+        rows = [LibraryRecord(t.key, operator_kind(t.name), task_pattern(t.name), t.flops, workload,
                               rec, mean_secs(secs))
                 for rec, secs in zip(batch.records, batch.timings) if secs is not None]
         lib = self.link.library
@@ -155,6 +155,8 @@ class WriteToLibrary(BatchCallback):
             if self.run_id is None:
                 self.run_id = lib.start_run(self.link.fingerprint, self.link.model)
             self.written += lib.add(self.link.fingerprint, self.run_id, rows)
+            if any(math.isfinite(r.mean_s) for r in rows):  # add() kept them, and the workload with them
+                self._sent.add(t.key)
         except Exception as exc:  # the tuning goes on without the library; the summary says why
             self.error = db_error(exc)
             warnings.warn(f"schedule library {lib.shown_url} cannot be written, tuning goes on without it: "

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 
 from .. import secrets
 from ..errors import DynatuneError
+from ..files import cache_root
 
 FORMAT = "dynatune-library"  # the first line of an exported file
 FORMAT_VERSION = 1
@@ -80,7 +81,7 @@ class LibraryRecord:
     kind: str
     pattern: str
     flops: float
-    workload: object  # MetaSchedule's Workload.as_json()
+    workload: object  # MetaSchedule's Workload.as_json(); None: the library has it already
     record: object  # dynatune.database.record_json(TuningRecord)
     mean_s: float
 
@@ -97,10 +98,6 @@ def default_url(cache_dir: str | None = None) -> str:
     """The embedded library: ``<cache>/library.db``, the cache being ``$DYNATUNE_CACHE_DIR`` or
     ``~/.cache/dynatune``."""
     return "sqlite:///" + os.path.join(cache_dir or cache_root(), "library.db")
-
-
-def cache_root() -> str:
-    return os.environ.get("DYNATUNE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "dynatune")
 
 
 def trace_hash(record) -> str:
@@ -150,7 +147,7 @@ class ScheduleLibrary:
             seen = set()
             wl_rows = []
             for r in rows:
-                if r.task_key not in seen:
+                if r.workload is not None and r.task_key not in seen:
                     seen.add(r.task_key)
                     wl_rows.append({"fingerprint": fingerprint, "task_key": r.task_key, "kind": r.kind,
                                     "pattern": r.pattern, "flops": float(r.flops), "workload": json.dumps(r.workload)})
