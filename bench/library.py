@@ -73,6 +73,34 @@ def run_saved(out: str, name: str, cfg) -> dict:
     return res
 
 
+def _num(v, fmt: str, none: str = "-") -> str:
+    return none if v is None else format(v, fmt)
+
+
+def table(result: dict) -> str:
+    """The benchmark as markdown: per pair, the B runs' time to B-cold's final estimate and their compiled
+    latency at equal budget."""
+    lines = ["| pair (A -> B) | B run | matched / transferred tasks | start estimate | TTQ to cold's final "
+             "| sooner than cold | transferred vs search's first batch | compiled latency | vs ONNX Runtime |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for p in result["pairs"]:
+        for k, r in p["B"].items():
+            lib = r.get("library") or {}
+            sooner = p["sooner_than_cold"].get(k)
+            lines.append(" | ".join([
+                f"| {p['pair'].replace('--', ' -> ')}" if k == "cold" else "|",
+                k + (" (A's run)" if k == "cold" and p.get("cold_is_A") else ""),
+                f"{lib.get('matched_tasks', 0)} / {lib.get('transferred_tasks', 0)}" if lib else "-",
+                f"{r['curve'][0][1] * 1e3:.2f} ms",
+                _num(p["ttq_s"][k], ".0f", "never") + (" s" if p["ttq_s"][k] is not None else ""),
+                "-" if k == "cold" or p["ttq_s"][k] is None
+                else _num(sooner, ".1f", "at once") + ("x" if sooner is not None else ""),
+                _num(lib.get("transfer_gain_median"), ".2f") + ("x" if lib.get("transfer_gain_median") else ""),
+                f"{r['latency_ms']:.2f} ms", f"{r['ratio_vs_onnxruntime']:.2f}x |"]))
+    return "\n".join(lines) + f"\n\nBudget {result['budget_s']:.0f} s a run; TTQ within {result['rtol']:.0%} " \
+        "of B-cold's final estimate; the library's seeding time counts.\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pair", nargs=2, action="append", metavar=("A", "B"), required=True)
@@ -116,8 +144,11 @@ def main(argv=None) -> int:
         p = pairs[-1]
         print(f"{pair}: TTQ {p['ttq_s']}, sooner than cold {p['sooner_than_cold']}, latency {p['latency_ms']}",
               flush=True)
-    atomic_write_json(os.path.join(args.out, "library.json"), {"budget_s": args.budget, "rtol": args.rtol,
-                                                               "pairs": pairs})
+    result = {"budget_s": args.budget, "rtol": args.rtol, "pairs": pairs}
+    atomic_write_json(os.path.join(args.out, "library.json"), result)
+    with open(os.path.join(args.out, "library.md"), "w") as f:
+        f.write(table(result))
+    print(table(result))
     return 0
 
 
