@@ -7,8 +7,8 @@ timings put ONNX Runtime at 0.28-0.47 ms where a fresh process put it at 0.19 ms
 that was not there. TVM's side runs in C++ and does not see it.
 
 :func:`time_in_fresh_process` therefore runs :func:`dynatune.timing.time_side_by_side` in a child
-process (``python -m dynatune.fresh_timing``) on an exported artifact and the model's ONNX file, with the
-same threads and the same inputs (``random_inputs(seed)``) as the tuning process; the child gets its spec
+process (``python -m dynatune.fresh_timing``) on an exported artifact and the model's ONNX file (at the
+shapes the model was tuned for), with the same threads and the same inputs (``random_inputs(seed)``) as the tuning process; the child gets its spec
 as JSON on stdin and prints the result as JSON.
 """
 
@@ -58,7 +58,7 @@ def _time(spec: dict) -> SideBySide:
     inputs = [ModelInput(name, tuple(shape), dtype) for name, shape, dtype in spec["inputs"]]
     dev = tvm.device(spec["device"], 0)
     vm = load(spec["artifact"], dev)
-    sess = onnxruntime_session(runtime_proto(spec["onnx"]), spec["threads"])
+    sess = onnxruntime_session(runtime_proto(spec["onnx"], inputs), spec["threads"])
     return time_side_by_side(vm, sess, random_inputs(inputs, spec["seed"]), dev, rounds=spec["rounds"],
                              block_ms=spec["block_ms"])
 

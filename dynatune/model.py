@@ -143,14 +143,17 @@ def load_model(path: str, shapes: dict[str, tuple[int, ...]] | None = None, name
     return model
 
 
-def runtime_proto(path: str):
-    """The ONNX file as ONNX Runtime and the importer get it: weights listed as inputs (legacy ONNX) dropped."""
+def runtime_proto(path: str, inputs: list[ModelInput] | None = None):
+    """The ONNX file as ONNX Runtime and the importer get it: weights listed as inputs (legacy ONNX) dropped,
+    and the shapes of ``inputs`` (a model's, ``--shape`` included) written into it."""
     proto = load_onnx_proto(path)
     graph = proto.graph
     real = _real_inputs(graph)
     if len(real) != len(graph.input):
         del graph.input[:]
         graph.input.extend(real)
+    if inputs is not None:
+        _pin_input_shapes(graph, inputs)
     return proto
 
 
