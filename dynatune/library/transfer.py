@@ -55,7 +55,6 @@ def transferred_candidates(mod, sources, postprocs, limit: int, seed: int = 1) -
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
     out, seen = [], set()
-    args = ArgInfo.from_prim_func(mod["main"])
     for k, (wl_json, rec_json) in enumerate(sources):
         if len(out) >= limit:
             break
@@ -71,5 +70,7 @@ def transferred_candidates(mod, sources, postprocs, limit: int, seed: int = 1) -
         h = structural_hash(sch.mod)
         if h not in seen:
             seen.add(h)
-            out.append(MeasureCandidate(sch, args))
+            # the arguments as the scheduled function takes them: RewriteLayout (weight pre-packing) changes the
+            # weights' shapes, as MetaSchedule's own search strategies take them
+            out.append(MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
     return out
