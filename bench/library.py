@@ -2,9 +2,10 @@
 three ways with the same budget: cold (no library), with A's library, and with A's library but key
 matching off (transfer only).
 
-    python bench/library.py --pair ../shared/models/squeezenet1_1.onnx ../shared/models/mnasnet0_5.onnx \
+    python bench/library.py --pair ../shared/models/squeezenet1_1.onnx ../shared/models/squeezenet1_1.onnx \
         --pair ../shared/models/squeezenet1_1.onnx ../shared/models/squeezenet1_1.onnx@input=1x3x160x160 \
-        --budget 600 --out bench/results/library
+        --pair ../shared/models/squeezenet1_1.onnx ../shared/models/mnasnet0_5.onnx \
+        --budget 600 --out bench/results/library --skip squeezenet1_1--squeezenet1_1-transfer
 
 A model is ``PATH[@INPUT=DIMS]`` (another input resolution: every task has a new key). A is tuned once for
 all pairs that start from it. Each B run starts from its own copy of A's library, so the three see the same
