@@ -123,19 +123,19 @@ def main(argv=None) -> int:
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
     pairs = []
     for a, b in args.pair:
-        pair = f"{model_spec(a)[2]}--{model_spec(b)[2]}"
+        name_a = model_spec(a)[2]
+        pair = f"{name_a}--{model_spec(b)[2]}"
         work = os.path.join(args.out, "work", pair)
-        work_a = os.path.join(args.out, "work", "A-" + model_spec(a)[2])
+        work_a = os.path.join(args.out, "work", "A-" + name_a)
         lib_a = os.path.join(work_a, "library.db")
         os.makedirs(work_a, exist_ok=True)
         os.makedirs(work, exist_ok=True)
-        run_a = run_saved(args.out, "A-" + model_spec(a)[2], config(a, os.path.join(work_a, "run"), args.budget,
-                                                                    args.slot, lib_a))
+        run_a = run_saved(args.out, "A-" + name_a, config(a, os.path.join(work_a, "run"), args.budget, args.slot, lib_a))
         runs = {}
         for variant, extra in B_VARIANTS.items():
             if f"{pair}-{variant}" in args.skip:
                 continue
-            if variant == "cold" and model_spec(a) == model_spec(b):
+            if variant == "cold" and a == b:
                 runs[variant] = run_a
                 continue
             lib = None
@@ -147,7 +147,8 @@ def main(argv=None) -> int:
                                       config(b, os.path.join(work, "B-" + variant), args.budget, args.slot, lib, extra))
         target = runs["cold"]["curve"][-1][1]
         ttq = {k: time_to_quality(r["curve"], target, args.rtol) for k, r in runs.items()}
-        pairs.append({"pair": pair, "A": run_a, "B": runs, "cold_is_A": runs["cold"] is run_a, "target_ms": target * 1e3,
+        pairs.append({"pair": pair, "A": run_a, "B": runs, "cold_is_A": runs["cold"] is run_a,
+                      "target_ms": target * 1e3,
                       "ttq_s": {k: _finite(v) for k, v in ttq.items()},
                       # TTQ(cold) / TTQ(run); None: reached at the start, before any tuning
                       "sooner_than_cold": {k: ttq_ratio(ttq["cold"], ttq[k], args.budget)

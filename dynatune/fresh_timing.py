@@ -8,8 +8,8 @@ that was not there. TVM's side runs in C++ and does not see it.
 
 :func:`time_in_fresh_process` therefore runs :func:`dynatune.timing.time_side_by_side` in a child
 process (``python -m dynatune.fresh_timing``) on an exported artifact and the model's ONNX file (at the
-shapes the model was tuned for), with the same threads and the same inputs (``random_inputs(seed)``) as the tuning process; the child gets its spec
-as JSON on stdin and prints the result as JSON.
+shapes the model was tuned for), with the same threads and the same inputs (``random_inputs(seed)``) as
+the tuning process; the child gets its spec as JSON on stdin and prints the result as JSON.
 """
 
 from __future__ import annotations

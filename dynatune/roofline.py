@@ -9,8 +9,8 @@ Both machine figures come from a short micro-benchmark (about a second, on the u
 compute is the best of a few float32 matrix products through the BLAS library numpy ships (what a
 well-tuned kernel attains here, not the datasheet's figure), bandwidth the best of a few copies of an
 array far larger than the caches, counted as bytes read plus written. The result is cached per machine
-fingerprint (:func:`dynatune.target.machine_fingerprint`) in ``~/.cache/dynatune/roofline/`` (or under ``$DYNATUNE_CACHE_DIR``): measure it on
-quiet cores once, every run after reads it. Only CPU targets have one here (``None`` otherwise).
+fingerprint (:func:`dynatune.target.machine_fingerprint`) in ``~/.cache/dynatune/roofline/`` (or under
+``$DYNATUNE_CACHE_DIR``): measure it on quiet cores once, every run after reads it. Only CPU targets have one here (``None`` otherwise).
 
 The belief model that uses it is :mod:`dynatune.beliefs.headroom`.
 """
@@ -24,7 +24,6 @@ import time
 from dataclasses import asdict, dataclass
 
 from .files import atomic_write_json, cache_root
-
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ A resumed run is not seeded twice (``<work_dir>/library.json``).
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import time
@@ -30,7 +29,7 @@ import warnings
 from ..batch_callbacks import BatchCallback
 from ..database import mean_secs
 from ..files import atomic_write_json
-from .store import LibraryRecord, ScheduleLibrary, db_error, library_url
+from .store import LibraryRecord, ScheduleLibrary, db_error, kept, library_url
 from .transfer import task_pattern, transferred_candidates
 
 TRANSFER_SOURCES = (3, 2)  # transfer from the 3 most similar library tasks, 2 best schedules each
@@ -147,16 +146,17 @@ class WriteToLibrary(BatchCallback):
             return
         t = batch.task
         workload = None if t.key in self._sent else session.db.workload_json(t.key)  # once per task and run
-        rows = [LibraryRecord(t.key, operator_kind(t.name), task_pattern(t.name), t.flops, workload,
-                              rec, mean_secs(secs))
-                for rec, secs in zip(batch.records, batch.timings) if secs is not None]
+        rows = kept([LibraryRecord(t.key, operator_kind(t.name), task_pattern(t.name), t.flops, workload,
+                                   rec, mean_secs(secs))
+                     for rec, secs in zip(batch.records, batch.timings) if secs is not None])
+        if not rows:
+            return
         lib = self.link.library
         try:
             if self.run_id is None:
                 self.run_id = lib.start_run(self.link.fingerprint, self.link.model)
             self.written += lib.add(self.link.fingerprint, self.run_id, rows)
-            if any(math.isfinite(r.mean_s) for r in rows):  # add() kept them, and the workload with them
-                self._sent.add(t.key)
+            self._sent.add(t.key)  # the library has its workload now
         except Exception as exc:  # the tuning goes on without the library; the summary says why
             self.error = db_error(exc)
             warnings.warn(f"schedule library {lib.shown_url} cannot be written, tuning goes on without it: "

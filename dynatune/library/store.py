@@ -100,6 +100,11 @@ def default_url(cache_dir: str | None = None) -> str:
     return "sqlite:///" + os.path.join(cache_dir or cache_root(), "library.db")
 
 
+def kept(batch: list[LibraryRecord]) -> list[LibraryRecord]:
+    """The records a library keeps: failed candidates (no finite mean) are not."""
+    return [r for r in batch if math.isfinite(r.mean_s)]
+
+
 def trace_hash(record) -> str:
     """What identifies a schedule within a task: its trace (the record's first field)."""
     trace = record[0] if isinstance(record, list) and record else record
@@ -139,7 +144,7 @@ class ScheduleLibrary:
     def add(self, fingerprint: str, run_id: str, batch: list[LibraryRecord]) -> int:
         """Add a batch of measured records in one transaction; returns how many were new. Failed
         candidates (no finite mean) are not kept."""
-        rows = [r for r in batch if math.isfinite(r.mean_s)]
+        rows = kept(batch)
         if not rows:
             return 0
         now = time.time()
