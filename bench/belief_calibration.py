@@ -3,21 +3,22 @@
 
 Replays round-robin over each model's whole recorded time, once per recorded seed, and before every slot
 asks each belief model for the predicted weighted gain (mean, std) of that slot; then compares with the
-gain the trace realised (:mod:`dynatune.belief_calibration`). Reports, per model and belief model, over
+gain the trace realised (:mod:`dynatune.bench.belief_calibration`). Reports, per model and belief model, over
 the slots after each task's first: the rank correlation (Spearman) of the predicted mean with the realised
 gain, the same with both averaged over the seeds at each (task, slot number), plain weighted latency's
 rank correlation, the coverage of ``mean +- 2 std`` and the share of slots that gained nothing.
 
     python bench/belief_calibration.py        # writes bench/results/belief_calibration.json
 """
+
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dynatune.belief_calibration import calibration_scores, seed_rows  # noqa: E402
 from dynatune.beliefs import BELIEFS, make_beliefs  # noqa: E402
-from dynatune.traces import available_traces, load_traces, recorded_seeds  # noqa: E402
+from dynatune.bench.belief_calibration import calibration_scores, seed_rows  # noqa: E402
+from dynatune.bench.traces import available_traces, load_traces, recorded_seeds  # noqa: E402
 
 
 def main() -> None:
@@ -29,9 +30,12 @@ def main() -> None:
         for name in BELIEFS:
             s = calibration_scores(seed_rows(doc, lambda name=name: make_beliefs(name), seeds))
             out[m][name] = s
-            print(f"{m:18s} {name:9s} slots {s['slots']:4d}  spearman {_f(s['spearman'])}  "
-                  f"seed-mean {_f(s['spearman_seed_mean'])}  weighted latency {_f(s['spearman_weighted_latency'])}  "
-                  f"coverage {_f(s['coverage'])}  zero-gain {_f(s['zero_gain_share'])}", flush=True)
+            print(
+                f"{m:18s} {name:9s} slots {s['slots']:4d}  spearman {_f(s['spearman'])}  "
+                f"seed-mean {_f(s['spearman_seed_mean'])}  weighted latency {_f(s['spearman_weighted_latency'])}  "
+                f"coverage {_f(s['coverage'])}  zero-gain {_f(s['zero_gain_share'])}",
+                flush=True,
+            )
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "belief_calibration.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)

@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from dynatune.replay import timed_pick  # noqa: E402
+from dynatune.bench.replay import timed_pick  # noqa: E402
 from dynatune.schedulers import make_scheduler  # noqa: E402
 from dynatune.schedulers.base import RoundContext, TaskView  # noqa: E402
 
@@ -32,7 +32,7 @@ def make_tasks(n: int, slot_s: float, rng) -> tuple[list[TaskView], list]:
 
         def curve(k, floor=floor, drop=drop, rate=rate, default=default):
             noise = 1 + 0.03 * abs(rng.standard_normal())
-            return default * (floor + drop * k ** -rate) * noise
+            return default * (floor + drop * k**-rate) * noise
 
         t = TaskView(i, f"task{i}", f"k{i}", int(rng.integers(1, 6)), 1e6, default)
         best = default
@@ -63,14 +63,20 @@ def main() -> None:
         t = tasks[i]
         t.history.append((t.seconds + args.slot, t.trials + 8, min(t.best_s, curves[i](t.visits + 1))))
     warm = times[1:]
-    print(f"scheduler={args.scheduler} tasks={args.tasks} rounds={len(times)} "
-          f"points={sum(t.visits for t in tasks)}")
+    print(
+        f"scheduler={args.scheduler} tasks={args.tasks} rounds={len(times)} "
+        f"points={sum(t.visits for t in tasks)}"
+    )
     print(f"cold first decision (fit every task): {times[0]:.4f} s")
-    print(f"per decision after that: mean {statistics.fmean(warm):.5f} s, "
-          f"median {statistics.median(warm):.5f} s, max {max(warm):.5f} s")
+    print(
+        f"per decision after that: mean {statistics.fmean(warm):.5f} s, "
+        f"median {statistics.median(warm):.5f} s, max {max(warm):.5f} s"
+    )
     fits = getattr(getattr(sched, "model", None), "fits", None)
     if fits is not None:
-        print(f"curve fits: {fits} (every task with enough points at the cold start, then at most one per round)")
+        print(
+            f"curve fits: {fits} (every task with enough points at the cold start, then at most one per round)"
+        )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ of ``sess.run`` calls that needs the GIL after every call, but not TVM's side, w
     python bench/inprocess_timing_bias.py --model ../shared/models/transformer_tiny.onnx
 
 Times the untuned compiled model against ONNX Runtime side by side: in this process while a background
-thread spins for 0, 10 and 30 % of every 10 ms, and in a fresh process (``dynatune.fresh_timing``) at the
+thread spins for 0, 10 and 30 % of every 10 ms, and in a fresh process (``dynatune.compiler.fresh_timing``) at the
 same moments. Prints one line per condition (medians over alternating rounds).
 """
 
@@ -54,11 +54,12 @@ def main(argv=None) -> int:
 
     import tvm
 
-    from dynatune.compile import build, export, onnxruntime_session, relax_vm
-    from dynatune.fresh_timing import time_in_fresh_process
-    from dynatune.model import load_model
-    from dynatune.target import make_target, usable_cores
-    from dynatune.timing import time_side_by_side
+    from dynatune.compiler.compile import build, export
+    from dynatune.compiler.fresh_timing import time_in_fresh_process
+    from dynatune.compiler.runtime import onnxruntime_session, relax_vm
+    from dynatune.compiler.timing import time_side_by_side
+    from dynatune.machine.target import make_target, usable_cores
+    from dynatune.model.importer import load_model
 
     model, target, dev = load_model(args.model), make_target(), tvm.cpu()
     os.makedirs(os.path.dirname(args.artifact), exist_ok=True)
@@ -68,11 +69,16 @@ def main(argv=None) -> int:
     sess = onnxruntime_session(model, usable_cores())
     for duty in (0.0, 0.1, 0.3):
         with BusyThread(duty):
-            for where, timing in (("in-process", lambda: time_side_by_side(vm, sess, inputs, dev, rounds=args.rounds)),
-                                  ("fresh process", lambda: time_in_fresh_process(artifact, model, rounds=args.rounds))):
+            for where, timing in (
+                ("in-process", lambda: time_side_by_side(vm, sess, inputs, dev, rounds=args.rounds)),
+                ("fresh process", lambda: time_in_fresh_process(artifact, model, rounds=args.rounds)),
+            ):
                 t = timing()
-                print(f"busy thread {duty:4.0%}  {where:13s}  TVM {t.tvm_median_ms:8.3f} ms  "
-                      f"ORT {t.ort_median_ms:7.3f} ms  ratio {t.ratio_median:6.2f}", flush=True)
+                print(
+                    f"busy thread {duty:4.0%}  {where:13s}  TVM {t.tvm_median_ms:8.3f} ms  "
+                    f"ORT {t.ort_median_ms:7.3f} ms  ratio {t.ratio_median:6.2f}",
+                    flush=True,
+                )
     return 0
 
 

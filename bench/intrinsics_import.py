@@ -1,5 +1,5 @@
 """Seconds to import TVM's tensor-intrinsic registry: plain ``import tvm.s_tir.tensor_intrin`` vs
-:func:`dynatune.intrinsics.import_tensor_intrinsics`, each in a fresh process, bare and with Prefect and
+:func:`dynatune.search.intrinsics.import_tensor_intrinsics`, each in a fresh process, bare and with Prefect and
 MLflow imported first (as in a flow run). TVM itself is imported before the clock starts.
 
     python bench/intrinsics_import.py [--repeat 1]
@@ -22,7 +22,7 @@ if {with_prefect}:
     import mlflow, prefect  # noqa: F401
 t0 = time.perf_counter()
 if {light}:
-    from dynatune.intrinsics import import_tensor_intrinsics
+    from dynatune.search.intrinsics import import_tensor_intrinsics
     import_tensor_intrinsics()
 else:
     import tvm.s_tir.tensor_intrin  # noqa: F401
@@ -31,9 +31,14 @@ print(time.perf_counter() - t0)
 
 
 def timed(light: bool, with_prefect: bool) -> float:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(light=light, with_prefect=with_prefect)],
-                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD.format(light=light, with_prefect=with_prefect)],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 

@@ -5,14 +5,15 @@
 Per (model, seed): each scheduler's measured model at its periodic points and at the end, its estimate at
 a quarter, half, three quarters and all of the budget, and its final ratio to ONNX Runtime. Then TTQ: the
 seconds of tuning each scheduler needed to reach gradient's final quality (x (1 + rtol)), on the measured
-model and on the estimate, and whether DynaTune counts as sooner (``dynatune.livebench.SOONER``).
+model and on the estimate, and whether DynaTune counts as sooner (``dynatune.bench.livebench.SOONER``).
 """
+
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dynatune.replay import objective_at  # noqa: E402
+from dynatune.bench.replay import objective_at  # noqa: E402
 
 path = sys.argv[1] if len(sys.argv) > 1 else "bench/results/live14/live.json"
 doc = json.load(open(path))
@@ -23,8 +24,10 @@ def ms(x):
     return "never" if x is None else f"{x:.0f}"
 
 
-print("| model | seed | scheduler | measured model at the periodic points / end (ms) "
-      "| estimate at 25 / 50 / 75 / 100 % (ms) | final vs ONNX Runtime |")
+print(
+    "| model | seed | scheduler | measured model at the periodic points / end (ms) "
+    "| estimate at 25 / 50 / 75 / 100 % (ms) | final vs ONNX Runtime |"
+)
 print("|---|---|---|---|---|---|")
 for p in doc["pairs"]:
     for k, r in p["runs"].items():
@@ -34,8 +37,10 @@ for p in doc["pairs"]:
         print(f"| {p['model']} | {p['seed']} | {k} | {meas} | {est} | {r['ratio_vs_onnxruntime']:.2f}x |")
 
 print()
-print("| model | seed | on | gradient's final (ms) | TTQ DynaTune / gradient / round-robin (s) "
-      "| vs gradient | vs round-robin | DynaTune sooner |")
+print(
+    "| model | seed | on | gradient's final (ms) | TTQ DynaTune / gradient / round-robin (s) "
+    "| vs gradient | vs round-robin | DynaTune sooner |"
+)
 print("|---|---|---|---|---|---|---|---|")
 for p in doc["pairs"]:
     for on in ("measured", "estimate"):
@@ -45,9 +50,13 @@ for p in doc["pairs"]:
         def ratio(key):
             return "n/a" if c[key] is None else f"{c[key]:.2f}x"
 
-        print(f"| {p['model']} | {p['seed']} | {on} | {c['target_ms']:#.3g} | {ms(t['dynatune'])} / "
-              f"{ms(t['gradient'])} / {ms(t['round_robin'])} | {ratio('ttq_vs_gradient')} "
-              f"| {ratio('ttq_vs_round_robin')} | {'yes' if c['dynatune_sooner_than_gradient'] else 'no'} |")
+        print(
+            f"| {p['model']} | {p['seed']} | {on} | {c['target_ms']:#.3g} | {ms(t['dynatune'])} / "
+            f"{ms(t['gradient'])} / {ms(t['round_robin'])} | {ratio('ttq_vs_gradient')} "
+            f"| {ratio('ttq_vs_round_robin')} | {'yes' if c['dynatune_sooner_than_gradient'] else 'no'} |"
+        )
 print()
-print(f"DynaTune sooner than gradient: {doc['dynatune_sooner_measured']} of {len(doc['pairs'])} pairs on the "
-      f"measured model, {doc['dynatune_sooner_estimate']} on the estimate (rtol {doc['rtol']}).")
+print(
+    f"DynaTune sooner than gradient: {doc['dynatune_sooner_measured']} of {len(doc['pairs'])} pairs on the "
+    f"measured model, {doc['dynatune_sooner_estimate']} on the estimate (rtol {doc['rtol']})."
+)

@@ -26,9 +26,18 @@ import time
 import urllib.parse
 import urllib.request
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-                  "--disable-dev-shm-usage", "--virtual-time-budget=15000"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--disable-dev-shm-usage",
+    "--virtual-time-budget=15000",
+]
 
 
 def free_port() -> int:
@@ -61,16 +70,28 @@ def page_url(base: str, view: str, runs: list[str], exp_id: str, metric: str, lo
     q = urllib.parse.quote
     if view == "compare":
         return f"{base}/#/compare-runs?runs={q(json.dumps(runs))}&experiments={q(json.dumps([exp_id]))}"
-    params = (f"runs={q(json.dumps(runs))}&metric={q(json.dumps(metric))}&experiments={q(json.dumps([exp_id]))}"
-              f"&plot_metric_keys={q(json.dumps([metric]))}&plot_layout={q('{}')}&x_axis=step&y_axis_scale={'log' if log_y else 'linear'}"
-              f"&line_smoothness=1&show_point=true&deselected_curves={q('[]')}&last_linear_y_axis_range={q('[]')}")
+    params = (
+        f"runs={q(json.dumps(runs))}&metric={q(json.dumps(metric))}&experiments={q(json.dumps([exp_id]))}"
+        f"&plot_metric_keys={q(json.dumps([metric]))}&plot_layout={q('{}')}&x_axis=step&y_axis_scale={'log' if log_y else 'linear'}"
+        f"&line_smoothness=1&show_point=true&deselected_curves={q('[]')}&last_linear_y_axis_range={q('[]')}"
+    )
     return f"{base}/#/metric?{params}"
 
 
 def start_mlflow(store: str, port: int, log_path: str) -> subprocess.Popen:
     mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
-    cmd = [mlflow if os.path.exists(mlflow) else "mlflow", "server", "--backend-store-uri", store,
-           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    cmd = [
+        mlflow if os.path.exists(mlflow) else "mlflow",
+        "server",
+        "--backend-store-uri",
+        store,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     env = dict(os.environ, MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -93,8 +114,14 @@ def screenshot(url: str, out: str, size: str = "1600,1000") -> None:
     if not chromium:
         raise SystemExit("no chromium found: apt-get update && apt-get install -y chromium")
     with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-        cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={size}",
-               f"--screenshot={os.path.abspath(out)}", url]
+        cmd = [
+            chromium,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--window-size={size}",
+            f"--screenshot={os.path.abspath(out)}",
+            url,
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     if p.returncode != 0 or not os.path.exists(out):
         raise SystemExit(f"chromium failed ({p.returncode}): {p.stderr[-1500:]}")
@@ -125,8 +152,17 @@ def main(argv=None) -> int:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, 9)
-    print(json.dumps({"out": args.out, "bytes": os.path.getsize(args.out), "runs": runs, "experiment_id": exp_id,
-                      "url": url}))
+    print(
+        json.dumps(
+            {
+                "out": args.out,
+                "bytes": os.path.getsize(args.out),
+                "runs": runs,
+                "experiment_id": exp_id,
+                "url": url,
+            }
+        )
+    )
     return 0
 
 

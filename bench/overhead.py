@@ -4,7 +4,7 @@
 
 Runs the same config twice, each in a fresh process on a fresh work dir, timed from outside (imports
 and start-up included): (A) the real pipeline as ``dynatune tune`` runs it (Prefect flow in local
-ephemeral mode + MLflow on SQLite), (B) the library alone (``dynatune.pipeline.run``: the same stages, no Prefect,
+ephemeral mode + MLflow on SQLite), (B) the library alone (``dynatune.run.pipeline.run``: the same stages, no Prefect,
 no MLflow).
 Both tune for the same budget, so the difference in wall time is the orchestration and tracking cost.
 Also reports the directly measured MLflow seconds and the per-round Prefect task overhead.
@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 def library_only(cfg) -> dict:
     """The same pipeline, from the library alone: no Prefect steps, no MLflow callback."""
-    from dynatune.callbacks import RunCallback
-    from dynatune.pipeline import run
+    from dynatune.run.callbacks import RunCallback
+    from dynatune.run.pipeline import run
 
     class RoundSeconds(RunCallback):
         seconds = 0.0
@@ -38,17 +38,27 @@ def library_only(cfg) -> dict:
     t0 = time.perf_counter()
     rounds = RoundSeconds()
     s = run(cfg, callbacks=[rounds])
-    return {"inner_wall_s": time.perf_counter() - t0, "rounds": s["rounds"], "round_s": rounds.seconds,
-            "elapsed_s": s["elapsed_s"]}
+    return {
+        "inner_wall_s": time.perf_counter() - t0,
+        "rounds": s["rounds"],
+        "round_s": rounds.seconds,
+        "elapsed_s": s["elapsed_s"],
+    }
 
 
 def child(mode: str, args) -> dict:
     from dynatune.cli import _quiet_env
 
     _quiet_env()
-    from dynatune.config import load_config
+    from dynatune.run.config import load_config
 
-    cfg = load_config(None, [f"slot_s={args.slot}", "library.enabled=false"], model=args.model, budget=args.budget, work_dir=args.work_dir)
+    cfg = load_config(
+        None,
+        [f"slot_s={args.slot}", "library.enabled=false"],
+        model=args.model,
+        budget=args.budget,
+        work_dir=args.work_dir,
+    )
     if mode == "pipeline":  # what `dynatune tune` does
         from flows.startup import prestart
 
@@ -77,8 +87,23 @@ def main() -> None:
     for mode in ("pipeline", "library"):
         work = tempfile.mkdtemp(prefix=f"overhead-{mode}-")
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, __file__, args.model, "--budget", str(args.budget), "--slot",
-                            str(args.slot), "--mode", mode, "--work-dir", work], capture_output=True, text=True)
+        p = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                args.model,
+                "--budget",
+                str(args.budget),
+                "--slot",
+                str(args.slot),
+                "--mode",
+                mode,
+                "--work-dir",
+                work,
+            ],
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - t0
         line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
         if p.returncode or line is None:

@@ -3,7 +3,7 @@
 Each task of the model is tuned alone, batch after batch, for ``--seconds-per-task`` seconds, once per
 seed; after every batch we record (tuning seconds so far, trials so far, best latency so far). The model's
 tasks are those a run extracts (same lowering, search and measurement settings as ``--config``). The
-traces are committed as data (``dynatune/data/traces/<model>.json``) and replayed by ``dynatune bench replay``.
+traces are committed as data (``dynatune/bench/data/traces/<model>.json``) and replayed by ``dynatune bench replay``.
 
 Run it again with the same arguments to go on where it stopped (after a kill too): the document is written
 after every task, and each seed's session lives in ``--work-root``/<model>/seed<N>.
@@ -19,10 +19,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from dynatune.config import load_config  # noqa: E402
+from dynatune.bench.traces import TRACE_DIR, record, traces_per_task  # noqa: E402
 from dynatune.errors import DynatuneError  # noqa: E402
-from dynatune.model import parse_shape  # noqa: E402
-from dynatune.traces import TRACE_DIR, record, traces_per_task  # noqa: E402
+from dynatune.model.importer import parse_shape  # noqa: E402
+from dynatune.run.config import load_config  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -34,15 +34,27 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds-per-task", type=float, default=20.0)
     ap.add_argument("--trials-per-iter", type=int, default=8)
     ap.add_argument("--out-dir", default=TRACE_DIR)
-    ap.add_argument("--work-root", default=os.path.join(os.path.expanduser("~"), ".cache", "dynatune", "traces"))
+    ap.add_argument(
+        "--work-root", default=os.path.join(os.path.expanduser("~"), ".cache", "dynatune", "traces")
+    )
     args = ap.parse_args(argv)
     try:
         for path in args.models:
-            cfg = load_config(args.config, [f"search.trials_per_iter={args.trials_per_iter}"], model=path,
-                              shapes=dict(parse_shape(s) for s in args.shape) or None)
+            cfg = load_config(
+                args.config,
+                [f"search.trials_per_iter={args.trials_per_iter}"],
+                model=path,
+                shapes=dict(parse_shape(s) for s in args.shape) or None,
+            )
             name = os.path.splitext(os.path.basename(path))[0]
-            doc = record(cfg, args.seeds, args.seconds_per_task, os.path.join(args.out_dir, name + ".json"),
-                         os.path.join(args.work_root, name), log=lambda m: print(m, flush=True))
+            doc = record(
+                cfg,
+                args.seeds,
+                args.seconds_per_task,
+                os.path.join(args.out_dir, name + ".json"),
+                os.path.join(args.work_root, name),
+                log=lambda m: print(m, flush=True),
+            )
             print(f"{name}: {traces_per_task(doc)} traces per task", flush=True)
     except DynatuneError as e:
         print(f"error: {e}", file=sys.stderr)

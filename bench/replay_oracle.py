@@ -16,6 +16,7 @@ ratios ``(median r_dynatune - 1) / (median r_clairvoyant - 1)``.
 
     python bench/replay_oracle.py [--draws 20] [--rtol 0 0.02]   # writes bench/results/replay_oracle.json
 """
+
 import argparse
 import json
 import math
@@ -24,8 +25,8 @@ import sys
 from bisect import bisect_right
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dynatune.replay import running_bests, slot_end, ttq_ratio  # noqa: E402
-from dynatune.replay_bench import run_replay_benchmark, spread  # noqa: E402
+from dynatune.bench.replay import running_bests, slot_end, ttq_ratio  # noqa: E402
+from dynatune.bench.replay_bench import run_replay_benchmark, spread  # noqa: E402
 from dynatune.schedulers.base import Scheduler  # noqa: E402
 
 LOOK = 5
@@ -73,29 +74,56 @@ def main(argv=None):
     ap.add_argument("--models", nargs="*", help="trace files or recorded model names (default: all recorded)")
     ap.add_argument("--draws", type=int, default=20)
     ap.add_argument("--rtol", type=float, nargs="+", default=[0.0, 0.02])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                  "replay_oracle.json"))
+    ap.add_argument(
+        "--out",
+        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "replay_oracle.json"),
+    )
     args = ap.parse_args(argv)
-    res = run_replay_benchmark(models=args.models or None, budgets=BUDGETS, schedulers=("dynatune", "gradient", "round_robin"),
-                               rtols=args.rtol, draws=args.draws,
-                               factories={"clairvoyant": lambda doc, slot: Clairvoyant(doc, slot)})
+    res = run_replay_benchmark(
+        models=args.models or None,
+        budgets=BUDGETS,
+        schedulers=("dynatune", "gradient", "round_robin"),
+        rtols=args.rtol,
+        draws=args.draws,
+        factories={"clairvoyant": lambda doc, slot: Clairvoyant(doc, slot)},
+    )
     shares = {}
     for r in map(str, args.rtol):
         shares[r] = {}
         for j, frac in enumerate(BUDGETS):
             rows = [d[j] for m in res["models"] for d in m["draws"]]
-            ratio = {name: spread(ttq_ratio(row["ttq_s"][r]["gradient"], row["ttq_s"][r][name],
-                                            res["horizon"] * row["budget_s"]) for row in rows)
-                     for name in ("dynatune", "clairvoyant")}
+            ratio = {
+                name: spread(
+                    ttq_ratio(
+                        row["ttq_s"][r]["gradient"], row["ttq_s"][r][name], res["horizon"] * row["budget_s"]
+                    )
+                    for row in rows
+                )
+                for name in ("dynatune", "clairvoyant")
+            }
             c, d = ratio["clairvoyant"]["median"], ratio["dynatune"]["median"]
-            shares[r][str(frac)] = {"captured_share": spread(captured_share(row, r) for row in rows),
-                                    "share_of_median_ratios": (d - 1) / (c - 1) if c and c > 1.01 else None,
-                                    "vs_gradient": ratio}
-            print(f"rtol {r} budget {frac}: clairvoyant {c:.2f}x, DynaTune {d:.2f}x sooner than gradient; "
-                  f"captured share {_fmt(shares[r][str(frac)]['captured_share'])}", flush=True)
+            shares[r][str(frac)] = {
+                "captured_share": spread(captured_share(row, r) for row in rows),
+                "share_of_median_ratios": (d - 1) / (c - 1) if c and c > 1.01 else None,
+                "vs_gradient": ratio,
+            }
+            print(
+                f"rtol {r} budget {frac}: clairvoyant {c:.2f}x, DynaTune {d:.2f}x sooner than gradient; "
+                f"captured share {_fmt(shares[r][str(frac)]['captured_share'])}",
+                flush=True,
+            )
     with open(args.out, "w") as f:
-        json.dump({"look": LOOK, "draws": args.draws, "traces_per_task": res["traces_per_task"],
-                   "models": [m["model"] for m in res["models"]], "shares": shares}, f, indent=1)
+        json.dump(
+            {
+                "look": LOOK,
+                "draws": args.draws,
+                "traces_per_task": res["traces_per_task"],
+                "models": [m["model"] for m in res["models"]],
+                "shares": shares,
+            },
+            f,
+            indent=1,
+        )
 
 
 def _fmt(s):

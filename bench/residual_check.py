@@ -21,8 +21,14 @@ def rows(work_dir: str) -> list[dict]:
     out = []
     for prev, p in zip(points, points[1:]):
         model = p["same_time_model_ms"]
-        out.append({"elapsed_s": p["elapsed_s"], "model_ms": model, "plain_over_model": p["kernels_alone_ms"] / model,
-                    "with_residual_over_model": (p["kernels_alone_ms"] + prev["residual_ms"]) / model})
+        out.append(
+            {
+                "elapsed_s": p["elapsed_s"],
+                "model_ms": model,
+                "plain_over_model": p["kernels_alone_ms"] / model,
+                "with_residual_over_model": (p["kernels_alone_ms"] + prev["residual_ms"]) / model,
+            }
+        )
     return out
 
 
@@ -34,8 +40,10 @@ def main(argv=None) -> None:
     print("|---|---:|---:|---:|---:|")
     for d in args.work_dirs:
         for r in rows(d):
-            print(f"| {os.path.basename(d.rstrip('/'))} | {r['elapsed_s']:.0f} | {r['model_ms']:.3f} | "
-                  f"{r['plain_over_model']:.3f} | {r['with_residual_over_model']:.3f} |")
+            print(
+                f"| {os.path.basename(d.rstrip('/'))} | {r['elapsed_s']:.0f} | {r['model_ms']:.3f} | "
+                f"{r['plain_over_model']:.3f} | {r['with_residual_over_model']:.3f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,10 @@ VARIANTS = {  # SearchConfig fields over OLD_SEARCH
 OLD_SEARCH = {"trials_per_iter": 8, "population_size": 128, "init_min_unmeasured": 32, "genetic_num_iters": 2}
 
 
-def curve_run(tasks, target, task: int, search, measure, seconds: float, work: str, slot_s: float = 15.0) -> dict:
-    from dynatune.session import TuningSession
+def curve_run(
+    tasks, target, task: int, search, measure, seconds: float, work: str, slot_s: float = 15.0
+) -> dict:
+    from dynatune.search.session import TuningSession
 
     shutil.rmtree(work, ignore_errors=True)
     s = TuningSession(tasks, target, work, search=search, measure=measure)
@@ -59,29 +61,38 @@ def best_at(points, t: float) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=os.path.join(ROOT, ".venv/lib/python3.11/site-packages/onnx/backend/test/data/light/light_squeezenet.onnx"))
+    ap.add_argument(
+        "--model",
+        default=os.path.join(
+            ROOT, ".venv/lib/python3.11/site-packages/onnx/backend/test/data/light/light_squeezenet.onnx"
+        ),
+    )
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--tasks", type=int, default=2, help="the N heaviest tasks (weight x FLOPs)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
-    ap.add_argument("--trials-per-iter", type=int, default=OLD_SEARCH["trials_per_iter"],
-                    help="batch size of every variant that does not set its own")
+    ap.add_argument(
+        "--trials-per-iter",
+        type=int,
+        default=OLD_SEARCH["trials_per_iter"],
+        help="batch size of every variant that does not set its own",
+    )
     ap.add_argument("--work", default="/tmp/dynatune-search-cost")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "search_cost.json"))
     args = ap.parse_args(argv)
 
-    from dynatune.intrinsics import import_tensor_intrinsics
-    from dynatune.measure import MeasureConfig
-    from dynatune.model import load_model
-    from dynatune.session import SearchConfig
-    from dynatune.target import make_target
-    from dynatune.tasks import Lowering, extract_tasks
+    from dynatune.machine.target import make_target
+    from dynatune.model.extract import Lowering, extract_tasks
+    from dynatune.model.importer import load_model
+    from dynatune.search.intrinsics import import_tensor_intrinsics
+    from dynatune.search.measure import MeasureConfig
+    from dynatune.search.session import SearchConfig
 
     import_tensor_intrinsics()
     target = make_target()
     model = load_model(args.model)
     tasks = extract_tasks(model, target, Lowering())
-    heavy = sorted(tasks, key=lambda t: -t.weight * t.flops)[:args.tasks]
+    heavy = sorted(tasks, key=lambda t: -t.weight * t.flops)[: args.tasks]
     measure = MeasureConfig(repeat=5, min_repeat_ms=10)
     rows = []
     for seed in range(args.seeds):
@@ -89,19 +100,36 @@ def main(argv=None) -> int:
             for name in args.variants.split(","):
                 base = {**OLD_SEARCH, "trials_per_iter": args.trials_per_iter}
                 search = SearchConfig(**{**base, **VARIANTS[name], "seed": seed})
-                run = curve_run(tasks, target, t.index, search, measure, args.seconds,
-                                os.path.join(args.work, f"{seed}-{t.index}-{name.replace(' ', '_')}"))
-                row = {"variant": name, "seed": seed, "task": t.name, **run,
-                       "best_half_ms": best_at(run["points"], args.seconds / 2) * 1e3,
-                       "best_ms": best_at(run["points"], args.seconds) * 1e3}
+                run = curve_run(
+                    tasks,
+                    target,
+                    t.index,
+                    search,
+                    measure,
+                    args.seconds,
+                    os.path.join(args.work, f"{seed}-{t.index}-{name.replace(' ', '_')}"),
+                )
+                row = {
+                    "variant": name,
+                    "seed": seed,
+                    "task": t.name,
+                    **run,
+                    "best_half_ms": best_at(run["points"], args.seconds / 2) * 1e3,
+                    "best_ms": best_at(run["points"], args.seconds) * 1e3,
+                }
                 rows.append(row)
-                print(f"seed {seed} {t.name[:28]:28s} {name:14s} best@{args.seconds/2:.0f}s "
-                      f"{row['best_half_ms']:.3f} ms  best@{args.seconds:.0f}s {row['best_ms']:.3f} ms  "
-                      f"trials {run['trials']:3d}  search {run['search_s']:5.1f}  build {run['build_s']:5.1f}  "
-                      f"measure {run['measure_s']:5.1f} s", flush=True)
+                print(
+                    f"seed {seed} {t.name[:28]:28s} {name:14s} best@{args.seconds / 2:.0f}s "
+                    f"{row['best_half_ms']:.3f} ms  best@{args.seconds:.0f}s {row['best_ms']:.3f} ms  "
+                    f"trials {run['trials']:3d}  search {run['search_s']:5.1f}  build {run['build_s']:5.1f}  "
+                    f"measure {run['measure_s']:5.1f} s",
+                    flush=True,
+                )
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "rows": rows}, f, indent=1)
+        json.dump(
+            {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "rows": rows}, f, indent=1
+        )
     return 0
 
 

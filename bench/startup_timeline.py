@@ -4,6 +4,7 @@
 
 Arguments: model, tuning budget in seconds.
 """
+
 import os
 import sys
 import tempfile
@@ -20,11 +21,17 @@ def mark(s):
 from dynatune.cli import _quiet_env  # noqa: E402
 
 _quiet_env()
-from dynatune.callbacks import RunCallback  # noqa: E402
-from dynatune.config import load_config  # noqa: E402
+from dynatune.run.callbacks import RunCallback  # noqa: E402
+from dynatune.run.config import load_config  # noqa: E402
 
 mark("config imported")
-cfg = load_config(None, ["slot_s=20", "library.enabled=false"], model=sys.argv[1], budget=float(sys.argv[2]), work_dir=tempfile.mkdtemp())
+cfg = load_config(
+    None,
+    ["slot_s=20", "library.enabled=false"],
+    model=sys.argv[1],
+    budget=float(sys.argv[2]),
+    work_dir=tempfile.mkdtemp(),
+)
 from flows.startup import prestart  # noqa: E402
 
 prestart()

@@ -18,10 +18,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from dynatune.model import load_model  # noqa: E402
-from dynatune.session import SearchConfig, TuningSession  # noqa: E402
-from dynatune.target import make_target  # noqa: E402
-from dynatune.tasks import extract_tasks  # noqa: E402
+from dynatune.machine.target import make_target  # noqa: E402
+from dynatune.model.extract import extract_tasks  # noqa: E402
+from dynatune.model.importer import load_model  # noqa: E402
+from dynatune.search.session import SearchConfig, TuningSession  # noqa: E402
 
 
 def main() -> None:
@@ -36,7 +36,9 @@ def main() -> None:
     model = load_model(args.model)
     tasks = extract_tasks(model, target)
     t_extract = time.perf_counter() - t0
-    sess = TuningSession(tasks, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=args.trials_per_iter))
+    sess = TuningSession(
+        tasks, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=args.trials_per_iter)
+    )
     t0 = time.perf_counter()
     sess.warm_up()
     t_warm = time.perf_counter() - t0
@@ -47,17 +49,33 @@ def main() -> None:
     heavy = tasks[0].index
     for r in range(args.rounds):
         res = sess.tune(heavy, trials=args.trials)
-        rows.append({"round": r, "trials": res.trials, "wall_s": res.wall_s, "search_s": res.search_s,
-                     "build_s": res.build_s, "measure_s": res.measure_s, "per_trial_s": res.wall_s / res.trials,
-                     "best_ms": res.best_after_s * 1e3})
+        rows.append(
+            {
+                "round": r,
+                "trials": res.trials,
+                "wall_s": res.wall_s,
+                "search_s": res.search_s,
+                "build_s": res.build_s,
+                "measure_s": res.measure_s,
+                "per_trial_s": res.wall_s / res.trials,
+                "best_ms": res.best_after_s * 1e3,
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     sess.close()
     steady = rows[1:]
     n = sum(r["trials"] for r in steady)
-    out = {"model": model.name, "task": tasks[heavy].name, "tasks": len(tasks), "extract_s": t_extract,
-           "warm_up_s": t_warm, "defaults_s": t_defaults, "first_round": rows[0],
-           "steady_per_trial_s": sum(r["wall_s"] for r in steady) / n,
-           "steady_split_s": {k: sum(r[k] for r in steady) / n for k in ("search_s", "build_s", "measure_s")}}
+    out = {
+        "model": model.name,
+        "task": tasks[heavy].name,
+        "tasks": len(tasks),
+        "extract_s": t_extract,
+        "warm_up_s": t_warm,
+        "defaults_s": t_defaults,
+        "first_round": rows[0],
+        "steady_per_trial_s": sum(r["wall_s"] for r in steady) / n,
+        "steady_split_s": {k: sum(r[k] for r in steady) / n for k in ("search_s", "build_s", "measure_s")},
+    }
     print(json.dumps(out))
 
 

@@ -28,10 +28,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def tune(repo: str, model: str, budget: float, work: str, measure_every: float | None,
-         config: str | None = None) -> dict:
-    cmd = [sys.executable, "-m", "dynatune.cli", "tune", *([config] if config else []), "--model", model,
-           "--budget", str(budget), "--work-dir", work, "--json"]
+def tune(
+    repo: str, model: str, budget: float, work: str, measure_every: float | None, config: str | None = None
+) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "dynatune.cli",
+        "tune",
+        *([config] if config else []),
+        "--model",
+        model,
+        "--budget",
+        str(budget),
+        "--work-dir",
+        work,
+        "--json",
+    ]
     if measure_every is not None:
         cmd += ["--set", f"measure_every_s={measure_every}"]
     env = dict(os.environ, PYTHONPATH=repo)
@@ -46,24 +59,33 @@ def tune(repo: str, model: str, budget: float, work: str, measure_every: float |
 
 def time_fresh(model: str, artifact: str, rounds: int) -> dict:
     """Time ``artifact`` vs ONNX Runtime in a fresh process (the run's own final timing does the same)."""
-    from dynatune.fresh_timing import time_in_fresh_process
-    from dynatune.model import load_model
-    from dynatune.target import usable_cores
+    from dynatune.compiler.fresh_timing import time_in_fresh_process
+    from dynatune.machine.target import usable_cores
+    from dynatune.model.importer import load_model
 
     threads = usable_cores()
     t = time_in_fresh_process(artifact, load_model(model, {}), threads=threads, rounds=rounds)
-    return {"tvm_ms": t.tvm_median_ms, "onnxruntime_ms": t.ort_median_ms, "ratio": t.ratio_median,
-            "ratio_spread": [t.ratio_min, t.ratio_max], "rounds": rounds, "threads": threads}
+    return {
+        "tvm_ms": t.tvm_median_ms,
+        "onnxruntime_ms": t.ort_median_ms,
+        "ratio": t.ratio_median,
+        "ratio_spread": [t.ratio_min, t.ratio_max],
+        "rounds": rounds,
+        "threads": threads,
+    }
 
 
 def table(results: dict) -> str:
     """The results as markdown: one row per (label, model, budget)."""
+
     def fmt(x, spec=".2f"):
         return "-" if x is None else format(x, spec)
 
-    lines = ["| label | model | budget s | tuned / ORT (fresh process) | min-max | tuned ms | ORT ms "
-             "| run's own ratio | estimate / model (profile) | tasks never tuned | parity s |",
-             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| label | model | budget s | tuned / ORT (fresh process) | min-max | tuned ms | ORT ms "
+        "| run's own ratio | estimate / model (profile) | tasks never tuned | parity s |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for label, models in results.items():
         for name, budgets in models.items():
             for budget, row in sorted(budgets.items(), key=lambda kv: float(kv[0])):
@@ -72,9 +94,11 @@ def table(results: dict) -> str:
                 never = r.get("never_tuned_tasks")
                 never = "-" if never is None else f"{len(never)} of {r['tasks']}"
                 est = (r.get("profile") or {}).get("estimate_over_model")
-                lines.append(f"| {label} | {name} | {budget} | **{f['ratio']:.2f}** | {lo:.2f}-{hi:.2f} | "
-                             f"{f['tvm_ms']:.3f} | {f['onnxruntime_ms']:.3f} | {fmt(r.get('ratio_vs_onnxruntime'))} | "
-                             f"{fmt(est, '.3f')} | {never} | {fmt(r.get('time_to_onnxruntime_parity_s'), '.0f')} |")
+                lines.append(
+                    f"| {label} | {name} | {budget} | **{f['ratio']:.2f}** | {lo:.2f}-{hi:.2f} | "
+                    f"{f['tvm_ms']:.3f} | {f['onnxruntime_ms']:.3f} | {fmt(r.get('ratio_vs_onnxruntime'))} | "
+                    f"{fmt(est, '.3f')} | {never} | {fmt(r.get('time_to_onnxruntime_parity_s'), '.0f')} |"
+                )
     return "\n".join(lines)
 
 
@@ -90,7 +114,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=15, help="alternating timing rounds")
     ap.add_argument("--work", default="/tmp/dynatune-vs-ort")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "vs_onnxruntime.json"))
-    ap.add_argument("--table", action="store_true", help="print the results file as a markdown table and exit")
+    ap.add_argument(
+        "--table", action="store_true", help="print the results file as a markdown table and exit"
+    )
     args = ap.parse_args(argv)
     if args.table:
         print(table(json.load(open(args.out))))
@@ -102,23 +128,56 @@ def main(argv=None) -> int:
         name = args.name or os.path.splitext(os.path.basename(model))[0]
         for budget in args.budget or [300.0]:
             work = os.path.join(args.work, args.label, f"{name}-{int(budget)}")
-            s = tune(os.path.abspath(args.repo), os.path.abspath(model), budget, work, args.measure_every,
-                     os.path.abspath(args.config) if args.config else None)
+            s = tune(
+                os.path.abspath(args.repo),
+                os.path.abspath(model),
+                budget,
+                work,
+                args.measure_every,
+                os.path.abspath(args.config) if args.config else None,
+            )
             fresh = time_fresh(os.path.abspath(model), s["artifact"], args.rounds)
-            row = {"fresh": fresh, "run": {k: s.get(k) for k in (
-                "tasks", "rounds", "trials", "elapsed_s", "wall_s", "estimated_latency_ms", "latency_ms",
-                "onnxruntime_latency_ms", "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min",
-                "ratio_vs_onnxruntime_max", "time_to_onnxruntime_parity_s", "never_tuned_tasks", "warmup_rounds",
-                "max_rel_err", "numerics_ok", "measurements", "periodic_measure_s", "profile")}, "bench_wall_s": s["bench_wall_s"],
-                   "date": time.strftime("%Y-%m-%d %H:%M"), "repo": os.path.abspath(args.repo)}
+            row = {
+                "fresh": fresh,
+                "run": {
+                    k: s.get(k)
+                    for k in (
+                        "tasks",
+                        "rounds",
+                        "trials",
+                        "elapsed_s",
+                        "wall_s",
+                        "estimated_latency_ms",
+                        "latency_ms",
+                        "onnxruntime_latency_ms",
+                        "ratio_vs_onnxruntime",
+                        "ratio_vs_onnxruntime_min",
+                        "ratio_vs_onnxruntime_max",
+                        "time_to_onnxruntime_parity_s",
+                        "never_tuned_tasks",
+                        "warmup_rounds",
+                        "max_rel_err",
+                        "numerics_ok",
+                        "measurements",
+                        "periodic_measure_s",
+                        "profile",
+                    )
+                },
+                "bench_wall_s": s["bench_wall_s"],
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+                "repo": os.path.abspath(args.repo),
+            }
             results.setdefault(args.label, {}).setdefault(name, {})[str(int(budget))] = row
             os.makedirs(os.path.dirname(args.out), exist_ok=True)
             with open(args.out, "w") as f:
                 json.dump(results, f, indent=1)
-            print(f"{args.label} {name} {int(budget)} s: tuned/ORT {fresh['ratio']:.2f} "
-                  f"[{fresh['ratio_spread'][0]:.2f}, {fresh['ratio_spread'][1]:.2f}] "
-                  f"({fresh['tvm_ms']:.3f} vs {fresh['onnxruntime_ms']:.3f} ms), "
-                  f"parity at {s.get('time_to_onnxruntime_parity_s')}", flush=True)
+            print(
+                f"{args.label} {name} {int(budget)} s: tuned/ORT {fresh['ratio']:.2f} "
+                f"[{fresh['ratio_spread'][0]:.2f}, {fresh['ratio_spread'][1]:.2f}] "
+                f"({fresh['tvm_ms']:.3f} vs {fresh['onnxruntime_ms']:.3f} ms), "
+                f"parity at {s.get('time_to_onnxruntime_parity_s')}",
+                flush=True,
+            )
     return 0
 
 

@@ -8,7 +8,7 @@ stays the same). In squeezenet1_1 that convolution shared its task with ``featur
 new operator task and one task whose weight dropped from 2 to 1; every other task keeps its key.
 
 Three runs, same scheduler, slot and target, each on a fresh work dir (the library's pipeline set-up,
-:class:`dynatune.pipeline.TuningRun`, no Prefect or MLflow, so only tuning seconds count):
+:class:`dynatune.run.pipeline.TuningRun`, no Prefect or MLflow, so only tuning seconds count):
 
 1. v1 from scratch for ``--budget`` seconds (the original tuning);
 2. v2 from scratch for ``--budget`` seconds: its final estimated latency is "the previous quality" for v2
@@ -33,9 +33,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from dynatune.config import load_config  # noqa: E402
-from dynatune.pipeline import TuningRun  # noqa: E402
-from dynatune.replay import time_to_quality  # noqa: E402
+from dynatune.bench.replay import time_to_quality  # noqa: E402
+from dynatune.run.config import load_config  # noqa: E402
+from dynatune.run.pipeline import TuningRun  # noqa: E402
 
 LAYER = "/features/features.12/expand3x3/Conv"
 
@@ -64,16 +64,33 @@ def change_one_layer(src: str, dst: str, node_name: str = LAYER) -> str:
     return dst
 
 
-def run(path: str, work: str, budget: float, slot: float, scheduler: str, warm: list[str] | None = None) -> dict:
-    cfg = load_config(None, [f"slot_s={slot}", "library.enabled=false"], model=path, budget=budget, scheduler=scheduler, work_dir=work)
+def run(
+    path: str, work: str, budget: float, slot: float, scheduler: str, warm: list[str] | None = None
+) -> dict:
+    cfg = load_config(
+        None,
+        [f"slot_s={slot}", "library.enabled=false"],
+        model=path,
+        budget=budget,
+        scheduler=scheduler,
+        work_dir=work,
+    )
     cfg.warm_start = list(warm or [])
     with TuningRun(cfg) as r:
         curve = [(0.0, r.untuned_estimate_s)]
         t0 = time.perf_counter()
         curve += r.tuner.run_rounds()
         wall = time.perf_counter() - t0
-    return {"model": path, "tasks": len(r.tasks), "keys": [t.key for t in r.tasks], "rounds": len(curve) - 1,
-            "wall_s": wall, "warm_start": r.warm_start, "curve": curve, "final_ms": curve[-1][1] * 1e3}
+    return {
+        "model": path,
+        "tasks": len(r.tasks),
+        "keys": [t.key for t in r.tasks],
+        "rounds": len(curve) - 1,
+        "wall_s": wall,
+        "warm_start": r.warm_start,
+        "curve": curve,
+        "final_ms": curve[-1][1] * 1e3,
+    }
 
 
 def ttq(curve, target_s: float) -> float | None:
@@ -97,23 +114,39 @@ def main() -> None:
     print("v1 cold", v1_run["final_ms"], flush=True)
     v2_cold = run(v2, os.path.join(tmp, "v2cold"), args.budget, args.slot, args.scheduler)
     print("v2 cold", v2_cold["final_ms"], flush=True)
-    v2_warm = run(v2, os.path.join(tmp, "v2warm"), args.warm_budget or args.budget / 2, args.slot,
-                  args.scheduler, warm=[os.path.join(tmp, "v1")])
+    v2_warm = run(
+        v2,
+        os.path.join(tmp, "v2warm"),
+        args.warm_budget or args.budget / 2,
+        args.slot,
+        args.scheduler,
+        warm=[os.path.join(tmp, "v1")],
+    )
     print("v2 warm", v2_warm["final_ms"], flush=True)
     target_s = v2_cold["final_ms"] / 1e3
     t_warm, t_cold = ttq(v2_warm["curve"], target_s), ttq(v2_cold["curve"], target_s)
     new_keys = sorted(set(v2_cold["keys"]) - set(v1_run["keys"]))
-    out = {"model": os.path.basename(args.model), "changed_layer": LAYER + " 3x3 -> 5x5",
-           "budget_s": args.budget, "slot_s": args.slot, "scheduler": args.scheduler,
-           "tasks_v1": v1_run["tasks"], "tasks_v2": v2_cold["tasks"], "new_task_keys": new_keys,
-           "v1_final_ms": v1_run["final_ms"], "v2_cold_final_ms": v2_cold["final_ms"],
-           "v2_warm_final_ms": v2_warm["final_ms"], "v2_warm_start_ms": v2_warm["curve"][0][1] * 1e3,
-           "v2_cold_untuned_ms": v2_cold["curve"][0][1] * 1e3,
-           "warm_matched_tasks": v2_warm["warm_start"]["matched_tasks"],
-           "ttq_warm_s": t_warm, "ttq_cold_s": t_cold,
-           "warm_share_of_budget": None if t_warm is None else t_warm / args.budget,
-           "warm_share_of_cold_ttq": None if t_warm is None or not t_cold else t_warm / t_cold,
-           "curves": {k: r["curve"] for k, r in (("v1", v1_run), ("v2_cold", v2_cold), ("v2_warm", v2_warm))}}
+    out = {
+        "model": os.path.basename(args.model),
+        "changed_layer": LAYER + " 3x3 -> 5x5",
+        "budget_s": args.budget,
+        "slot_s": args.slot,
+        "scheduler": args.scheduler,
+        "tasks_v1": v1_run["tasks"],
+        "tasks_v2": v2_cold["tasks"],
+        "new_task_keys": new_keys,
+        "v1_final_ms": v1_run["final_ms"],
+        "v2_cold_final_ms": v2_cold["final_ms"],
+        "v2_warm_final_ms": v2_warm["final_ms"],
+        "v2_warm_start_ms": v2_warm["curve"][0][1] * 1e3,
+        "v2_cold_untuned_ms": v2_cold["curve"][0][1] * 1e3,
+        "warm_matched_tasks": v2_warm["warm_start"]["matched_tasks"],
+        "ttq_warm_s": t_warm,
+        "ttq_cold_s": t_cold,
+        "warm_share_of_budget": None if t_warm is None else t_warm / args.budget,
+        "warm_share_of_cold_ttq": None if t_warm is None or not t_cold else t_warm / t_cold,
+        "curves": {k: r["curve"] for k, r in (("v1", v1_run), ("v2_cold", v2_cold), ("v2_warm", v2_warm))},
+    }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)

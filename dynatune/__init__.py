@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from .errors import DynatuneError  # noqa: E402
+from dynatune.errors import DynatuneError  # noqa: E402
 
 __all__ = ["DynatuneError", "__version__"]

@@ -23,8 +23,8 @@ import os
 import sys
 import warnings
 
-from .errors import DynatuneError
-from .secrets import mask_text
+from dynatune.errors import DynatuneError
+from dynatune.secrets import mask_text
 
 
 def _quiet_env() -> None:
@@ -50,7 +50,7 @@ def _quiet_env() -> None:
 
 
 def _shapes(items) -> dict:
-    from .model import parse_shape
+    from dynatune.model.importer import parse_shape
 
     return dict(parse_shape(s) for s in items or [])
 
@@ -71,18 +71,25 @@ def _print_json(obj) -> None:
 
 # -- tune ---------------------------------------------------------------------------------------------
 def cmd_tune(args) -> int:
-    from .config import load_config
+    from dynatune.run.config import load_config
 
-    cfg = load_config(args.config, args.set or [], model=args.model, shapes=_shapes(args.shape) or None,
-                      budget=args.budget, scheduler=args.scheduler, work_dir=args.work_dir)
+    cfg = load_config(
+        args.config,
+        args.set or [],
+        model=args.model,
+        shapes=_shapes(args.shape) or None,
+        budget=args.budget,
+        scheduler=args.scheduler,
+        work_dir=args.work_dir,
+    )
     _check_work_dir(cfg.work_dir)
     _preflight(cfg)
-    from .reaper import start_reaper
+    from dynatune.search.reaper import start_reaper
 
     start_reaper()  # a killed run's helpers (Prefect server, TVM workers) do not outlive it
     if cfg.prefect_api_url:
         os.environ["PREFECT_API_URL"] = cfg.prefect_api_url
-    from .progress import LiveView
+    from dynatune.run.progress import LiveView
 
     view = LiveView(cfg, quiet=False)
     from flows.startup import prestart
@@ -105,18 +112,17 @@ def cmd_tune(args) -> int:
 
 def _preflight(cfg) -> None:
     """Everything that can be wrong with the input is found before Prefect starts and tuning begins."""
+    from dynatune.machine.target import make_target
+    from dynatune.model.importer import load_model
     from tasks.tracking import check_tracking_uri
-
-    from .model import load_model
-    from .target import make_target
 
     load_model(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
     make_target(cfg.target)
     check_tracking_uri(cfg.tracking.uri)
-    from .tuner import check_same_run
+    from dynatune.run.tuner import check_same_run
 
     check_same_run(cfg.work_dir, cfg.config_hash())
-    from .lock import WorkDirLock
+    from dynatune.run.lock import WorkDirLock
 
     WorkDirLock(cfg.work_dir).check_free()  # says who holds it, if anyone
 
@@ -126,25 +132,29 @@ def _check_work_dir(path: str) -> None:
     while probe and not os.path.exists(probe):
         probe = os.path.dirname(probe)
     if probe and not os.path.isdir(probe):
-        raise DynatuneError(f"work directory {path} cannot be created: {probe} is a file, not a directory",
-                            "choose another --work-dir")
+        raise DynatuneError(
+            f"work directory {path} cannot be created: {probe} is a file, not a directory",
+            "choose another --work-dir",
+        )
     if probe and not os.access(probe, os.W_OK | os.X_OK):
         raise DynatuneError(f"work directory {path} is not writable", "choose another --work-dir")
 
 
 # -- tasks --------------------------------------------------------------------------------------------
 def cmd_tasks(args) -> int:
-    from .model import load_model
-    from .target import make_target
-    from .tasks import extract_tasks
+    from dynatune.machine.target import make_target
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
 
     model = load_model(args.model, _shapes(args.shape))
     tasks = extract_tasks(model, make_target(args.target))
     if args.json:
         _print_json([t.as_dict() for t in tasks])
         return 0
-    print(f"{model.name}: {len(tasks)} tasks ({sum(t.weight for t in tasks)} call sites, "
-          f"{sum(t.weight * t.flops for t in tasks) / 1e9:.2f} GFLOP)")
+    print(
+        f"{model.name}: {len(tasks)} tasks ({sum(t.weight for t in tasks)} call sites, "
+        f"{sum(t.weight * t.flops for t in tasks) / 1e9:.2f} GFLOP)"
+    )
     print(f"{'#':>3}  {'name':<48} {'key':<16} {'weight':>6} {'MFLOP':>10}")
     for t in tasks:
         print(f"{t.index:>3}  {t.name[:48]:<48} {t.key:<16} {t.weight:>6} {t.flops / 1e6:>10.2f}")
@@ -153,20 +163,24 @@ def cmd_tasks(args) -> int:
 
 # -- compile ------------------------------------------------------------------------------------------
 def cmd_compile(args) -> int:
-    from .config import validate_dict
-    from .pipeline import TuningRun
+    from dynatune.run.config import validate_dict
+    from dynatune.run.pipeline import TuningRun
 
     cfg_path = os.path.join(args.work_dir, "config.json")
     if not os.path.exists(cfg_path):
-        raise DynatuneError(f"{args.work_dir} is not a dynatune work directory (no config.json)",
-                            "give the work_dir of an earlier `dynatune tune`")
+        raise DynatuneError(
+            f"{args.work_dir} is not a dynatune work directory (no config.json)",
+            "give the work_dir of an earlier `dynatune tune`",
+        )
     with open(cfg_path) as f:
         cfg = validate_dict(json.load(f), cfg_path)
     cfg.work_dir = os.path.abspath(args.work_dir)
     with TuningRun(cfg) as r:
         rep = r.compile(args.output)
-        out = rep.as_dict() | {"estimated_latency_ms": r.session.estimated_latency() * 1e3,
-                               "estimate_excludes": r.session.excluded_tasks()}
+        out = rep.as_dict() | {
+            "estimated_latency_ms": r.session.estimated_latency() * 1e3,
+            "estimate_excludes": r.session.excluded_tasks(),
+        }
     if args.json:
         _print_json(out)
     else:
@@ -181,29 +195,42 @@ def cmd_compile(args) -> int:
 def _tracking_uri(arg: str | None) -> str:
     uri = arg or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
-        raise DynatuneError("no tracking store given", "pass --tracking-uri sqlite:///runs/x/mlflow.db or set "
-                                                       "MLFLOW_TRACKING_URI")
+        raise DynatuneError(
+            "no tracking store given",
+            "pass --tracking-uri sqlite:///runs/x/mlflow.db or set MLFLOW_TRACKING_URI",
+        )
     return uri
 
 
 def cmd_report(args) -> int:
+    from dynatune.run import report as rp
     from tasks.tracking import read_run
-
-    from . import report as rp
 
     uri = _tracking_uri(args.tracking_uri)
     data = read_run(uri, args.run_id)
-    rounds = [{"round": r["round"], "task": r.get("task"), "task_name": str(int(r["task"])) if r.get("task") is not None else "?",
-               "result": {"trials": r.get("trials")}, "estimated_latency_s": (r.get("estimated_latency_ms") or 0) / 1e3,
-               "elapsed_s": r.get("elapsed_s")} for r in data["rounds"] if r.get("elapsed_s") is not None]
+    rounds = [
+        {
+            "round": r["round"],
+            "task": r.get("task"),
+            "task_name": str(int(r["task"])) if r.get("task") is not None else "?",
+            "result": {"trials": r.get("trials")},
+            "estimated_latency_s": (r.get("estimated_latency_ms") or 0) / 1e3,
+            "elapsed_s": r.get("elapsed_s"),
+        }
+        for r in data["rounds"]
+        if r.get("elapsed_s") is not None
+    ]
     print(rp.rounds_table(rounds))
     out = args.out or f"report-{args.run_id[:8]}"
     os.makedirs(out, exist_ok=True)
     label = data["tags"].get("scheduler", args.run_id[:8])
     untuned = data["metrics"].get("untuned_estimate_ms")
     init = untuned / 1e3 if untuned else None
-    png = rp.convergence_plot({label: rp.curve_from_rounds(rounds, init)}, os.path.join(out, "convergence.png"),
-                              title=data["tags"].get("model", ""))
+    png = rp.convergence_plot(
+        {label: rp.curve_from_rounds(rounds, init)},
+        os.path.join(out, "convergence.png"),
+        title=data["tags"].get("model", ""),
+    )
     if data["summary"]:
         rp.markdown_report(data["summary"], rounds, os.path.join(out, "report.md"))
     print(f"wrote {png}")
@@ -211,9 +238,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    from dynatune.run import report as rp
     from tasks.tracking import read_run
-
-    from . import report as rp
 
     uri = _tracking_uri(args.tracking_uri)
     curves, summaries = {}, {}
@@ -222,11 +248,16 @@ def cmd_compare(args) -> int:
         label = f"{data['tags'].get('scheduler', '?')}:{rid[:8]}"
         untuned = data["metrics"].get("untuned_estimate_ms")
         pts = [(0.0, untuned / 1e3)] if untuned else []
-        pts += [(r["elapsed_s"], r["estimated_latency_ms"] / 1e3) for r in data["rounds"]
-                if r.get("estimated_latency_ms") is not None and r.get("elapsed_s") is not None]
+        pts += [
+            (r["elapsed_s"], r["estimated_latency_ms"] / 1e3)
+            for r in data["rounds"]
+            if r.get("estimated_latency_ms") is not None and r.get("elapsed_s") is not None
+        ]
         curves[label] = sorted(pts)
-        summaries[label] = data["summary"] or {"model": data["tags"].get("model"),
-                                               "scheduler": data["tags"].get("scheduler")}
+        summaries[label] = data["summary"] or {
+            "model": data["tags"].get("model"),
+            "scheduler": data["tags"].get("scheduler"),
+        }
     print(rp.compare_table(summaries))
     out = args.out or "compare.png"
     rp.convergence_plot(curves, out, title="convergence")
@@ -238,7 +269,9 @@ def cmd_compare(args) -> int:
 def cmd_serve(args) -> int:
     """Register the scheduled deployments with Prefect and run their flow runs here (until Ctrl-C)."""
     if not args.configs and not args.watch:
-        raise DynatuneError("nothing to serve", "give one or more configs to retune nightly, and/or --watch NAME")
+        raise DynatuneError(
+            "nothing to serve", "give one or more configs to retune nightly, and/or --watch NAME"
+        )
     for path in args.configs:
         if not os.path.isfile(path):
             raise DynatuneError(f"config file {path} not found")
@@ -248,12 +281,21 @@ def cmd_serve(args) -> int:
         raise DynatuneError(f"--every must be > 0 minutes, got {args.every:g}")
     from flows.serve import build_deployments, serve_deployments
 
-    deps = build_deployments(args.configs, cron=args.cron, timezone=args.timezone, watch=args.watch,
-                             watch_config=args.watch_config, tracking_uri=args.tracking_uri,
-                             every_minutes=args.every, work_root=args.work_root)
+    deps = build_deployments(
+        args.configs,
+        cron=args.cron,
+        timezone=args.timezone,
+        watch=args.watch,
+        watch_config=args.watch_config,
+        tracking_uri=args.tracking_uri,
+        every_minutes=args.every,
+        work_root=args.work_root,
+    )
     for d in deps:
-        sched = "; ".join(str(getattr(s.schedule, "cron", None) or getattr(s.schedule, "interval", "")) for s in
-                          (d.schedules or []))
+        sched = "; ".join(
+            str(getattr(s.schedule, "cron", None) or getattr(s.schedule, "interval", ""))
+            for s in (d.schedules or [])
+        )
         print(f"deployment {d.flow_name}/{d.name}: {sched}  {d.parameters}", flush=True)
     if args.dry_run:
         return 0
@@ -264,27 +306,31 @@ def cmd_serve(args) -> int:
 # -- bench --------------------------------------------------------------------------------------------
 def cmd_bench(args) -> int:
     if args.bench == "replay":
-        from .replay_bench import run_replay_benchmark, summary_lines
+        from dynatune.bench.replay_bench import run_replay_benchmark, summary_lines
 
-        res = run_replay_benchmark(models=args.models or None, budgets=args.budgets, rtols=args.rtol,
-                                   draws=args.draws)
+        res = run_replay_benchmark(
+            models=args.models or None, budgets=args.budgets, rtols=args.rtol, draws=args.draws
+        )
         if args.json:
             _print_json(res)
         else:
             print("\n".join(summary_lines(res)))
         return 0
     if args.bench == "live":
-        from .livebench import main as live_main
+        from dynatune.bench.livebench import main as live_main
 
         return live_main(args.rest)
     raise DynatuneError(f"unknown benchmark {args.bench!r}", "use replay or live")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from dynatune import __version__
 
-    p = argparse.ArgumentParser(prog="dynatune", description="Tune an ONNX model for this machine "
-                                "(DynaTune scheduling, AdaTune measurement, Apache TVM).")
+    p = argparse.ArgumentParser(
+        prog="dynatune",
+        description="Tune an ONNX model for this machine "
+        "(DynaTune scheduling, AdaTune measurement, Apache TVM).",
+    )
     p.add_argument("--version", action="version", version=f"dynatune {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -324,17 +370,25 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out")
     m.set_defaults(func=cmd_compare)
 
-    v = sub.add_parser("serve", help="serve the scheduled deployments here: nightly retunes, registry watcher")
+    v = sub.add_parser(
+        "serve", help="serve the scheduled deployments here: nightly retunes, registry watcher"
+    )
     v.add_argument("configs", nargs="*", help="configs to retune nightly (one deployment each)")
     v.add_argument("--cron", default="0 2 * * *", help="schedule of the nightly retunes (default: 0 2 * * *)")
     v.add_argument("--timezone", default="UTC", help="time zone of --cron (default UTC)")
-    v.add_argument("--watch", action="append", metavar="NAME",
-                   help="registered model (MLflow Model Registry) to tune on every new version; repeatable")
+    v.add_argument(
+        "--watch",
+        action="append",
+        metavar="NAME",
+        help="registered model (MLflow Model Registry) to tune on every new version; repeatable",
+    )
     v.add_argument("--watch-config", help="config for the registry-triggered runs (budget, search, ...)")
     v.add_argument("--tracking-uri", help="the registry's store (default $MLFLOW_TRACKING_URI)")
     v.add_argument("--every", type=float, default=10.0, help="minutes between registry checks (default 10)")
     v.add_argument("--work-root", default="runs/registry", help="work dirs of registry-triggered runs")
-    v.add_argument("--limit", type=int, default=1, help="flow runs at once (default 1: one tuning per machine)")
+    v.add_argument(
+        "--limit", type=int, default=1, help="flow runs at once (default 1: one tuning per machine)"
+    )
     v.add_argument("--dry-run", action="store_true", help="print the deployments and exit")
     v.set_defaults(func=cmd_serve)
 
@@ -343,15 +397,27 @@ def build_parser() -> argparse.ArgumentParser:
     br = bench.add_parser("replay", help="the schedulers replayed on recorded tuning traces")
     br.add_argument("--json", action="store_true", help="one JSON object on stdout")
     br.add_argument("--models", nargs="*", help="recorded models to replay (default: all)")
-    br.add_argument("--rtol", type=float, nargs="+", default=[0.0, 0.02],
-                    help="quality-target tolerances: reach gradient's final objective x (1 + rtol) (default 0 0.02)")
-    br.add_argument("--draws", type=int, default=20, help="draws of one trace per task, per model (default 20)")
-    br.add_argument("--budgets", type=float, nargs="+", default=[0.25, 0.5, 1.0],
-                    help="budgets as fractions of the recorded time (default 0.25 0.5 1)")
+    br.add_argument(
+        "--rtol",
+        type=float,
+        nargs="+",
+        default=[0.0, 0.02],
+        help="quality-target tolerances: reach gradient's final objective x (1 + rtol) (default 0 0.02)",
+    )
+    br.add_argument(
+        "--draws", type=int, default=20, help="draws of one trace per task, per model (default 20)"
+    )
+    br.add_argument(
+        "--budgets",
+        type=float,
+        nargs="+",
+        default=[0.25, 0.5, 1.0],
+        help="budgets as fractions of the recorded time (default 0.25 0.5 1)",
+    )
     br.set_defaults(func=cmd_bench)
     bench.add_parser("live", help="the schedulers tuning live, same budget (`dynatune bench live --help`)")
 
-    from .library.cli import add_parser as add_library_parser
+    from dynatune.library.cli import add_parser as add_library_parser
 
     add_library_parser(sub)
     return p
@@ -370,16 +436,20 @@ def main(argv=None) -> int:
         print(f"error: {mask_text(exc.one_line())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("error: interrupted (every committed record is kept; run the same command to resume)",
-              file=sys.stderr)
+        print(
+            "error: interrupted (every committed record is kept; run the same command to resume)",
+            file=sys.stderr,
+        )
         return 130
     except Exception as exc:
         if os.environ.get("DYNATUNE_DEBUG"):
             raise
         msg = str(exc).strip().splitlines()
-        print(f"error: {type(exc).__name__}: {mask_text(msg[-1]) if msg else ''} (set DYNATUNE_DEBUG=1 for the "
-              "traceback)",
-              file=sys.stderr)
+        print(
+            f"error: {type(exc).__name__}: {mask_text(msg[-1]) if msg else ''} (set DYNATUNE_DEBUG=1 for the "
+            "traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -16,7 +16,7 @@ import os
 import re
 import urllib.parse
 
-from .errors import DynatuneError
+from dynatune.errors import DynatuneError
 
 MASK = "***"
 ENV_PREFIX = "env:"
@@ -71,10 +71,12 @@ def mask_all(obj):
 def resolve(value, key: str = "setting"):
     """``env:NAME`` -> the value of environment variable NAME (a one-line error when it is unset)."""
     if isinstance(value, str) and value.startswith(ENV_PREFIX):
-        name = value[len(ENV_PREFIX):]
+        name = value[len(ENV_PREFIX) :]
         if name not in os.environ:
-            raise DynatuneError(f"{key} refers to environment variable {name}, which is not set",
-                                f"export {name}=... before running")
+            raise DynatuneError(
+                f"{key} refers to environment variable {name}, which is not set",
+                f"export {name}=... before running",
+            )
         return os.environ[name]
     return value
 

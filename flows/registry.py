@@ -24,16 +24,27 @@ import re
 
 from prefect import flow
 
-from dynatune.config import load_config, validate_dict
+from dynatune.run.config import load_config, validate_dict
 from dynatune.secrets import mask, reference, resolve
 from flows.tune_model import tune_model
-from tasks.registry import claim_version, download_version, find_untuned_versions, link_tuned_version, mark_failed
+from tasks.registry import (
+    claim_version,
+    download_version,
+    find_untuned_versions,
+    link_tuned_version,
+    mark_failed,
+)
 
 
 @flow(name="watch_registry", log_prints=False)
-def watch_registry(names: list[str], config: str | dict | None = None, tracking_uri: str | None = None,
-                   work_root: str = "runs/registry", max_attempts: int = 3,
-                   stale_claim_s: float = 6 * 3600) -> list[dict]:
+def watch_registry(
+    names: list[str],
+    config: str | dict | None = None,
+    tracking_uri: str | None = None,
+    work_root: str = "runs/registry",
+    max_attempts: int = 3,
+    stale_claim_s: float = 6 * 3600,
+) -> list[dict]:
     """One pass over the watched registered models; returns what it did per version.
 
     ``config``: YAML path or config dict for the tuning runs (budget, scheduler, search, measure, target,
@@ -45,8 +56,9 @@ def watch_registry(names: list[str], config: str | dict | None = None, tracking_
     if not uri:
         from dynatune.errors import DynatuneError
 
-        raise DynatuneError("watch_registry needs the registry's tracking URI",
-                            "pass tracking_uri or set MLFLOW_TRACKING_URI")
+        raise DynatuneError(
+            "watch_registry needs the registry's tracking URI", "pass tracking_uri or set MLFLOW_TRACKING_URI"
+        )
     base = _base_config(config)
     done = []
     for pv in find_untuned_versions(uri, list(names), max_attempts=max_attempts, stale_claim_s=stale_claim_s):
@@ -54,15 +66,28 @@ def watch_registry(names: list[str], config: str | dict | None = None, tracking_
         work_dir = os.path.abspath(os.path.join(work_root, _safe(pv.name), f"v{pv.version}"))
         try:
             path = download_version(uri, pv.name, pv.version, os.path.join(work_dir, "model"))
-            cfg = version_config(base, pv.name, pv.version, path, work_dir, reference(uri, "DYNATUNE_TRACKING_URI"),
-                                 pv.previous_work_dir)
+            cfg = version_config(
+                base,
+                pv.name,
+                pv.version,
+                path,
+                work_dir,
+                reference(uri, "DYNATUNE_TRACKING_URI"),
+                pv.previous_work_dir,
+            )
             summary = tune_model(cfg)
         except Exception as exc:
             msg = str(exc).strip().splitlines()
             error = mask(msg[-1]) if msg else ""
             mark_failed(uri, pv.name, pv.version, f"{type(exc).__name__}: {error}")
-            done.append({"name": pv.name, "version": pv.version, "status": "failed",
-                         "error": error[:300] or type(exc).__name__})
+            done.append(
+                {
+                    "name": pv.name,
+                    "version": pv.version,
+                    "status": "failed",
+                    "error": error[:300] or type(exc).__name__,
+                }
+            )
             continue
         done.append(link_tuned_version(uri, pv.name, pv.version, summary) | {"status": "tuned"})
     return done
@@ -76,16 +101,31 @@ def _base_config(config) -> dict:
     return dict(config)
 
 
-def version_config(base: dict, name: str, version: str, model_path: str, work_dir: str, uri: str,
-                   previous_work_dir: str | None) -> dict:
+def version_config(
+    base: dict,
+    name: str,
+    version: str,
+    model_path: str,
+    work_dir: str,
+    uri: str,
+    previous_work_dir: str | None,
+) -> dict:
     """The tune_model config for one registered model version (validated here, so errors name it)."""
     d = {k: v for k, v in base.items() if k != "_source"}
     model = dict(d.get("model") or {})
     model.update(path=model_path, name=_safe(name), version=str(version))
     tracking = dict(d.get("tracking") or {})
-    tracking.update(uri=uri, experiment=f"dynatune/{name}", run_name=f"{name}-v{version}",
-                    tags={**(tracking.get("tags") or {}), "registered_model": name,
-                          "registered_model_version": str(version), "trigger": "registry"})
+    tracking.update(
+        uri=uri,
+        experiment=f"dynatune/{name}",
+        run_name=f"{name}-v{version}",
+        tags={
+            **(tracking.get("tags") or {}),
+            "registered_model": name,
+            "registered_model_version": str(version),
+            "trigger": "registry",
+        },
+    )
     warm = [w for w in (d.get("warm_start") or [])]
     if previous_work_dir and os.path.isdir(previous_work_dir) and previous_work_dir not in warm:
         warm.append(previous_work_dir)

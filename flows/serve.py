@@ -21,7 +21,7 @@ import datetime
 import os
 import re
 
-from dynatune.config import load_config
+from dynatune.run.config import load_config
 
 NIGHTLY_CRON = "0 2 * * *"
 
@@ -31,10 +31,17 @@ def deployment_name(config_path: str) -> str:
     return "nightly-retune-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-") or "config")
 
 
-def build_deployments(configs: list[str], *, cron: str = NIGHTLY_CRON, timezone: str = "UTC",
-                      watch: list[str] | None = None, watch_config: str | None = None,
-                      tracking_uri: str | None = None, every_minutes: float = 10.0,
-                      work_root: str = "runs/registry") -> list:
+def build_deployments(
+    configs: list[str],
+    *,
+    cron: str = NIGHTLY_CRON,
+    timezone: str = "UTC",
+    watch: list[str] | None = None,
+    watch_config: str | None = None,
+    tracking_uri: str | None = None,
+    every_minutes: float = 10.0,
+    work_root: str = "runs/registry",
+) -> list:
     """The deployments to serve (``RunnerDeployment`` objects). Every config is validated now, so a
     bad one fails at start-up, not at 2 a.m."""
     from prefect.deployments.runner import EntrypointType
@@ -55,21 +62,30 @@ def build_deployments(configs: list[str], *, cron: str = NIGHTLY_CRON, timezone:
         nightly = Cron(cron, timezone=timezone)
     except (ValueError, zoneinfo.ZoneInfoNotFoundError) as exc:
         msg = str(exc).strip().splitlines()
-        raise DynatuneError(f"bad --cron {cron!r} / --timezone {timezone!r}: {msg[-1] if msg else exc}",
-                            "give five cron fields, e.g. '0 2 * * *', and an IANA time zone") from None
+        raise DynatuneError(
+            f"bad --cron {cron!r} / --timezone {timezone!r}: {msg[-1] if msg else exc}",
+            "give five cron fields, e.g. '0 2 * * *', and an IANA time zone",
+        ) from None
     deps, names = [], set()
     for path in configs:
         path = os.path.abspath(path)
         cfg = load_config(path)
         name = deployment_name(path)
         if name in names:
-            raise DynatuneError(f"two configs give the deployment name {name}", "rename one of the config files")
+            raise DynatuneError(
+                f"two configs give the deployment name {name}", "rename one of the config files"
+            )
         names.add(name)
-        deps.append(tune_model.to_deployment(
-            name=name, schedule=nightly,
-            parameters={"config": path, "retune": True},
-            description=f"Nightly retune of {cfg.model.name} ({path}): a new warm-started run each night.",
-            tags=["dynatune", "nightly"], entrypoint_type=by_module))
+        deps.append(
+            tune_model.to_deployment(
+                name=name,
+                schedule=nightly,
+                parameters={"config": path, "retune": True},
+                description=f"Nightly retune of {cfg.model.name} ({path}): a new warm-started run each night.",
+                tags=["dynatune", "nightly"],
+                entrypoint_type=by_module,
+            )
+        )
     if watch:
         from prefect.schedules import Interval
 
@@ -77,24 +93,35 @@ def build_deployments(configs: list[str], *, cron: str = NIGHTLY_CRON, timezone:
 
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
-            raise DynatuneError("--watch needs the registry's tracking store",
-                                "pass --tracking-uri or set MLFLOW_TRACKING_URI")
+            raise DynatuneError(
+                "--watch needs the registry's tracking store",
+                "pass --tracking-uri or set MLFLOW_TRACKING_URI",
+            )
         # a URI with credentials is passed as env:NAME (the served runs inherit this process's environment):
         # deployment parameters are shown in the Prefect UI
-        params = {"names": list(watch), "tracking_uri": reference(uri, "DYNATUNE_REGISTRY_URI"),
-                  "work_root": os.path.abspath(work_root)}
+        params = {
+            "names": list(watch),
+            "tracking_uri": reference(uri, "DYNATUNE_REGISTRY_URI"),
+            "work_root": os.path.abspath(work_root),
+        }
         if watch_config:
             load_config(watch_config)
             params["config"] = os.path.abspath(watch_config)
-        deps.append(watch_registry.to_deployment(
-            name="watch-registry",
-            # first check shortly after start-up (not one interval later), then every N minutes. The server
-            # plans no run whose time has passed when the deployment is registered: leave it a margin.
-            schedule=Interval(datetime.timedelta(minutes=every_minutes),
-                              anchor_date=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30)),
-            parameters=params, tags=["dynatune", "registry"],
-            description=f"Tune every new version of {', '.join(watch)} in the MLflow Model Registry.",
-            entrypoint_type=by_module))
+        deps.append(
+            watch_registry.to_deployment(
+                name="watch-registry",
+                # first check shortly after start-up (not one interval later), then every N minutes. The server
+                # plans no run whose time has passed when the deployment is registered: leave it a margin.
+                schedule=Interval(
+                    datetime.timedelta(minutes=every_minutes),
+                    anchor_date=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30),
+                ),
+                parameters=params,
+                tags=["dynatune", "registry"],
+                description=f"Tune every new version of {', '.join(watch)} in the MLflow Model Registry.",
+                entrypoint_type=by_module,
+            )
+        )
     return deps
 
 

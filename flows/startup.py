@@ -1,7 +1,7 @@
 """A pipeline process's one-off start-up costs, paid side by side before the flow starts.
 
 Two things take seconds before the first round: TVM's tensor-intrinsic registry (~3 s with
-:func:`dynatune.intrinsics.import_tensor_intrinsics`; the first tuning slot needs it) and, with no
+:func:`dynatune.search.intrinsics.import_tensor_intrinsics`; the first tuning slot needs it) and, with no
 ``PREFECT_API_URL``, Prefect's local ephemeral API server (a uvicorn subprocess, ~5 s to come up). Done
 one after the other they add up. So :func:`prestart`, called by ``dynatune tune`` before it imports
 anything of Prefect:
@@ -30,7 +30,7 @@ import time
 
 def prestart() -> None:
     early = None if os.environ.get("PREFECT_API_URL") else _spawn_server()
-    from dynatune.intrinsics import import_tensor_intrinsics
+    from dynatune.search.intrinsics import import_tensor_intrinsics
 
     import_tensor_intrinsics()
 
@@ -42,15 +42,39 @@ def _spawn_server():
     spec = importlib.util.find_spec("prefect")
     if spec is None or not spec.origin:
         return None
-    app_dir = os.path.dirname(os.path.dirname(spec.origin))  # what Prefect passes: prefect.__module_path__.parent
+    app_dir = os.path.dirname(
+        os.path.dirname(spec.origin)
+    )  # what Prefect passes: prefect.__module_path__.parent
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    env = {
+        **os.environ,
+        "PREFECT_UI_ENABLED": "0",
+        "PREFECT__SERVER_EPHEMERAL": "1",
+        "PREFECT__SERVER_FINAL": "1",
+    }
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", app_dir, "--factory",
-                                 "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-                                 "--log-level", "error", "--lifespan", "on"], env=env)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--app-dir",
+                app_dir,
+                "--factory",
+                "prefect.server.api.server:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "error",
+                "--lifespan",
+                "on",
+            ],
+            env=env,
+        )
     except OSError:
         return None
     return proc, port
@@ -68,8 +92,11 @@ def _stop(proc) -> None:
 def _hand_over(proc, port: int) -> None:
     import httpx
     from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import (PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED,
-                                  PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_SERVER_EPHEMERAL_ENABLED,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+    )
 
     server = SubprocessASGIServer()
     if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value() or server.running:

@@ -1,4 +1,4 @@
-"""The ``tune_model`` flow: the library's pipeline (:func:`dynatune.pipeline.run`) as a Prefect flow.
+"""The ``tune_model`` flow: the library's pipeline (:func:`dynatune.run.pipeline.run`) as a Prefect flow.
 
 Each stage is a Prefect task run (one per tuning round), so a run's progress is visible in the Prefect
 UI, and every round is tracked in MLflow by the MLflow callback. Without ``PREFECT_API_URL`` Prefect runs
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from prefect import flow
 
-from dynatune import pipeline
-from dynatune.config import validate_dict
-from dynatune.pipeline import latest_run_dir, retune_config  # noqa: F401  (re-exported: the retune layout lives in the library)
+from dynatune.run import pipeline
+from dynatune.run.config import validate_dict
+from dynatune.run.pipeline import latest_run_dir, retune_config  # noqa: F401  (re-exported: the retune layout lives in the library)
 from tasks.steps import PREFECT_STEPS
 from tasks.tracking import MlflowCallback
 
-# further observers of every run of this process (the CLI's live view): dynatune.callbacks.RunCallback
+# further observers of every run of this process (the CLI's live view): dynatune.run.callbacks.RunCallback
 CALLBACKS: list = []
 
 
@@ -24,9 +24,9 @@ def tune_model(config: dict | str, retune: bool = False) -> dict:
     """Tune one model. ``config``: a resolved config dict, or the path of a YAML config (read when the
     flow runs, so a scheduled deployment picks up edits). ``retune``: a fresh run in a new dated work
     directory under ``<work_dir>/retune/``, warm-started from the newest earlier run of the same config
-    (what the nightly deployments do; see :func:`dynatune.pipeline.retune_config`)."""
+    (what the nightly deployments do; see :func:`dynatune.run.pipeline.retune_config`)."""
     if isinstance(config, str):
-        from dynatune.config import load_config
+        from dynatune.run.config import load_config
 
         cfg = load_config(config)
     else:

@@ -7,7 +7,7 @@ link is a set of model-version tags, and the alias ``tuned`` on the newest tuned
 - ``dynatune.tuned_run_id``: the MLflow run of the tuning (its ``compiled/model.so`` is the artifact);
 - ``dynatune.artifact_uri``: ``runs:/<run id>/compiled/model.so``;
 - ``dynatune.latency_ms``, ``dynatune.estimated_latency_ms``, ``dynatune.speedup_vs_untuned``,
-  ``dynatune.scheduler``, ``dynatune.target``, ``dynatune.work_dir``;
+  ``dynatune.scheduler``, ``dynatune.machine.target``, ``dynatune.work_dir``;
 - ``dynatune.attempts`` / ``dynatune.error`` for failed tries (retried up to ``max_attempts``).
 
 ``models:/NAME@tuned`` is then the newest version that has a tuned library.
@@ -52,8 +52,9 @@ def _quote(name: str) -> str:
 
 
 @task(name="find-untuned-versions", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
-def find_untuned_versions(uri: str, names: list[str], max_attempts: int = 3,
-                          stale_claim_s: float = 6 * 3600) -> list[PendingVersion]:
+def find_untuned_versions(
+    uri: str, names: list[str], max_attempts: int = 3, stale_claim_s: float = 6 * 3600
+) -> list[PendingVersion]:
     """Versions of the watched models that have no tuning run linked yet (oldest first).
 
     Skipped: versions not READY, versions claimed by a watcher less than ``stale_claim_s`` ago, and
@@ -93,8 +94,12 @@ def find_untuned_versions(uri: str, names: list[str], max_attempts: int = 3,
 @task(name="claim-version", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
 def claim_version(uri: str, name: str, version: str, attempts: int) -> None:
     client = _client(uri)
-    for k, v in {"status": "tuning", "claimed_at": f"{time.time():.0f}", "attempts": str(attempts + 1),
-                 "claimed_by": f"{os.uname().nodename}:{os.getpid()}"}.items():
+    for k, v in {
+        "status": "tuning",
+        "claimed_at": f"{time.time():.0f}",
+        "attempts": str(attempts + 1),
+        "claimed_by": f"{os.uname().nodename}:{os.getpid()}",
+    }.items():
         client.set_model_version_tag(name, version, PREFIX + k, v)
 
 
@@ -109,11 +114,14 @@ def download_version(uri: str, name: str, version: str, dest: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(dest)) or ".", exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="download-", dir=os.path.dirname(os.path.abspath(dest)))
     try:
-        local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=tmp,
-                                                    tracking_uri=uri)
+        local = mlflow.artifacts.download_artifacts(
+            artifact_uri=f"models:/{name}/{version}", dst_path=tmp, tracking_uri=uri
+        )
         rel = _onnx_file(local)
         if rel is None:
-            raise ValueError(f"models:/{name}/{version} holds no ONNX model (log it with mlflow.onnx.log_model)")
+            raise ValueError(
+                f"models:/{name}/{version} holds no ONNX model (log it with mlflow.onnx.log_model)"
+            )
         if os.path.exists(dest):
             shutil.rmtree(dest)
         shutil.move(local, dest)
@@ -157,17 +165,26 @@ def link_tuned_version(uri: str, name: str, version: str, summary: dict) -> dict
     tags["target"] = run.data.tags.get("target", "")
     for k, v in tags.items():
         if v is not None:
-            client.set_model_version_tag(name, version, PREFIX + k, f"{v:.6g}" if isinstance(v, float) else str(v))
+            client.set_model_version_tag(
+                name, version, PREFIX + k, f"{v:.6g}" if isinstance(v, float) else str(v)
+            )
     if (client.get_model_version(name, version).tags or {}).get(PREFIX + "error"):
         client.delete_model_version_tag(name, version, PREFIX + "error")
     # the run points back at the version it tuned
     client.set_tag(run_id, "registered_model", name)
     client.set_tag(run_id, "registered_model_version", str(version))
-    tuned = [int(mv.version) for mv in _versions(client, name) if (mv.tags or {}).get(PREFIX + "tuned_run_id")]
+    tuned = [
+        int(mv.version) for mv in _versions(client, name) if (mv.tags or {}).get(PREFIX + "tuned_run_id")
+    ]
     newest = str(max(tuned)) if tuned else str(version)
     client.set_registered_model_alias(name, ALIAS, newest)
-    return {"name": name, "version": str(version), "run_id": run_id, "alias_version": newest,
-            "latency_ms": summary.get("latency_ms")}
+    return {
+        "name": name,
+        "version": str(version),
+        "run_id": run_id,
+        "alias_version": newest,
+        "latency_ms": summary.get("latency_ms"),
+    }
 
 
 @task(name="mark-failed", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
@@ -184,6 +201,7 @@ def tuned_version(uri: str, name: str) -> dict | None:
         mv = client.get_model_version_by_alias(name, ALIAS)
     except Exception:
         return None
-    return {"version": str(mv.version),
-            **{k[len(PREFIX):]: v for k, v in (mv.tags or {}).items() if k.startswith(PREFIX)}}
-
+    return {
+        "version": str(mv.version),
+        **{k[len(PREFIX) :]: v for k, v in (mv.tags or {}).items() if k.startswith(PREFIX)},
+    }

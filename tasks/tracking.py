@@ -14,13 +14,25 @@ import time
 import urllib.request
 
 from dynatune import __version__
-from dynatune.callbacks import RunCallback
 from dynatune.errors import DynatuneError
+from dynatune.run.callbacks import RunCallback
 from dynatune.secrets import mask
 
-ROUND_METRICS = ("estimated_latency_ms", "task", "belief_mean_ms", "belief_std_ms", "ucb_score", "trials",
-                 "build_errors", "run_errors", "measurements_saved", "round_wall_s", "elapsed_s", "decision_ms",
-                 "chosen_best_ms")
+ROUND_METRICS = (
+    "estimated_latency_ms",
+    "task",
+    "belief_mean_ms",
+    "belief_std_ms",
+    "ucb_score",
+    "trials",
+    "build_errors",
+    "run_errors",
+    "measurements_saved",
+    "round_wall_s",
+    "elapsed_s",
+    "decision_ms",
+    "chosen_best_ms",
+)
 
 
 def check_tracking_uri(uri: str) -> None:
@@ -31,11 +43,12 @@ def check_tracking_uri(uri: str) -> None:
                 resp.read(64)
         except Exception as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise DynatuneError(f"MLflow tracking server {mask(uri)} is unreachable ({mask(str(reason))})",
-                                "start it, fix tracking.uri / MLFLOW_TRACKING_URI, or unset it to use a local "
-                                "SQLite store") from None
+            raise DynatuneError(
+                f"MLflow tracking server {mask(uri)} is unreachable ({mask(str(reason))})",
+                "start it, fix tracking.uri / MLFLOW_TRACKING_URI, or unset it to use a local SQLite store",
+            ) from None
     elif uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///"):]
+        path = uri[len("sqlite:///") :]
         d = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(d, exist_ok=True)
@@ -49,8 +62,11 @@ def _health_request(uri: str):
     import urllib.parse
 
     parts = urllib.parse.urlsplit(uri.rstrip("/") + "/health")
-    req = urllib.request.Request(urllib.parse.urlunsplit(parts._replace(netloc=parts.hostname + (
-        f":{parts.port}" if parts.port else ""))))
+    req = urllib.request.Request(
+        urllib.parse.urlunsplit(
+            parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))
+        )
+    )
     if parts.username is not None:
         token = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
         req.add_header("Authorization", "Basic " + base64.b64encode(token.encode()).decode())
@@ -92,10 +108,14 @@ class Tracker:
                 run_id = None
         if not self.resumed:
             tags = {
-                "model": model.name, "model_sha256": model.sha256, "model_version": cfg.model.version or "",
+                "model": model.name,
+                "model_sha256": model.sha256,
+                "model_version": cfg.model.version or "",
                 "target": json.dumps(cfg.target) if isinstance(cfg.target, dict) else str(cfg.target),
-                "scheduler": cfg.scheduler.name, "dynatune_version": __version__,
-                "config_hash": (config_hash or cfg.config_hash())[:16], **cfg.tracking.tags,
+                "scheduler": cfg.scheduler.name,
+                "dynatune_version": __version__,
+                "config_hash": (config_hash or cfg.config_hash())[:16],
+                **cfg.tracking.tags,
             }
             run = self.client.create_run(exp_id, run_name=cfg.tracking.run_name, tags=tags)
             self.run_id = run.info.run_id
@@ -109,6 +129,7 @@ class Tracker:
                 return f(self, *a, **k)
             finally:
                 self.log_seconds += time.perf_counter() - t0
+
         return wrapper
 
     def _log_params(self, cfg) -> None:
@@ -117,7 +138,7 @@ class Tracker:
         flat = _flatten(cfg.to_record())
         params = [Param(k, str(v)[:5000]) for k, v in sorted(flat.items())]
         for i in range(0, len(params), 100):
-            self.client.log_batch(self.run_id, params=params[i:i + 100])
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
 
     @_timed
     def log_round(self, rec) -> None:
@@ -147,15 +168,20 @@ class Tracker:
         self.client.log_batch(self.run_id, metrics=metrics)
         self.log_table(_columns(rec.beliefs), f"beliefs/round_{rec.round:04d}.json")
         if r.get("exhausted") and r.get("note"):  # the task was retired this round: say why, on the run
-            self.client.set_tag(self.run_id, f"retired.task{rec.task}", f"{rec.task_name}: {r['note']}"[:5000])
+            self.client.set_tag(
+                self.run_id, f"retired.task{rec.task}", f"{rec.task_name}: {r['note']}"[:5000]
+            )
 
     @_timed
     def log_metrics(self, values: dict, step: int | None = None) -> None:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        ms = [Metric(k, float(v), ts, step or 0) for k, v in values.items()
-              if v is not None and isinstance(v, (int, float)) and math.isfinite(float(v))]
+        ms = [
+            Metric(k, float(v), ts, step or 0)
+            for k, v in values.items()
+            if v is not None and isinstance(v, (int, float)) and math.isfinite(float(v))
+        ]
         if ms:
             self.client.log_batch(self.run_id, metrics=ms)
 
@@ -191,8 +217,10 @@ class Tracker:
     def ui_hint(self) -> str:
         base = mask(self.uri)
         if base.startswith("sqlite:///"):
-            return (f"mlflow ui --backend-store-uri {base}  # then open http://127.0.0.1:5000/#/experiments/"
-                    f"{self.experiment_id}/runs/{self.run_id}")
+            return (
+                f"mlflow ui --backend-store-uri {base}  # then open http://127.0.0.1:5000/#/experiments/"
+                f"{self.experiment_id}/runs/{self.run_id}"
+            )
         return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
 
 
@@ -229,8 +257,10 @@ def read_run(uri: str, run_id: str) -> dict:
     try:
         run = client.get_run(run_id)
     except Exception as exc:
-        raise DynatuneError(f"no MLflow run {run_id!r} in {mask(uri)} ({type(exc).__name__})",
-                            "give --tracking-uri or set MLFLOW_TRACKING_URI to the store that has it") from None
+        raise DynatuneError(
+            f"no MLflow run {run_id!r} in {mask(uri)} ({type(exc).__name__})",
+            "give --tracking-uri or set MLFLOW_TRACKING_URI to the store that has it",
+        ) from None
     history = {}
     for key in ROUND_METRICS:
         history[key] = {m.step: m.value for m in client.get_metric_history(run_id, key)}
@@ -245,8 +275,14 @@ def read_run(uri: str, run_id: str) -> dict:
                 summary = json.load(f)
         except Exception:
             pass
-    return {"run": run, "rounds": rounds, "summary": summary, "tags": run.data.tags, "params": run.data.params,
-            "metrics": run.data.metrics}
+    return {
+        "run": run,
+        "rounds": rounds,
+        "summary": summary,
+        "tags": run.data.tags,
+        "params": run.data.params,
+        "metrics": run.data.metrics,
+    }
 
 
 class MlflowCallback(RunCallback):
@@ -273,9 +309,15 @@ class MlflowCallback(RunCallback):
         self.steps = record.round + 1
 
     def on_measurement(self, m) -> None:
-        self.tracker.log_metrics({"measured_latency_ms": m.latency_ms, "measured_ratio_vs_onnxruntime": m.ratio,
-                                  "measured_onnxruntime_ms": m.onnxruntime_ms, "residual_ms": m.residual_ms},
-                                 step=m.round)
+        self.tracker.log_metrics(
+            {
+                "measured_latency_ms": m.latency_ms,
+                "measured_ratio_vs_onnxruntime": m.ratio,
+                "measured_onnxruntime_ms": m.onnxruntime_ms,
+                "residual_ms": m.residual_ms,
+            },
+            step=m.round,
+        )
 
     def on_finish(self, summary: dict, report_dir: str) -> None:
         t = self.tracker
@@ -285,9 +327,15 @@ class MlflowCallback(RunCallback):
         t.set_tags({"never_tuned_tasks": len(summary.get("never_tuned_tasks") or [])})
         if summary.get("library"):
             lib = summary["library"]
-            t.set_tags({"library.matched_tasks": lib["matched_tasks"], "library.seeded_records": lib["seeded_records"],
-                        "library.written_records": lib["written_records"], "library.url": lib["url"],
-                        "library.transferred_tasks": lib["transferred_tasks"]})
+            t.set_tags(
+                {
+                    "library.matched_tasks": lib["matched_tasks"],
+                    "library.seeded_records": lib["seeded_records"],
+                    "library.written_records": lib["written_records"],
+                    "library.url": lib["url"],
+                    "library.transferred_tasks": lib["transferred_tasks"],
+                }
+            )
         summary["mlflow_run_id"] = t.run_id
         summary["mlflow_tracking_uri"] = mask(t.uri)
         summary["mlflow_ui"] = t.ui_hint()
@@ -305,7 +353,20 @@ class MlflowCallback(RunCallback):
             self.tracker.finish("FAILED")
 
 
-FINAL_METRICS = ("latency_ms", "untuned_latency_ms", "onnxruntime_latency_ms", "max_rel_err", "max_abs_err",
-                 "speedup_vs_untuned", "speedup_vs_onnxruntime", "estimated_latency_ms", "wall_s",
-                 "ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min", "ratio_vs_onnxruntime_max",
-                 "time_to_onnxruntime_parity_s", "estimated_model_latency_ms", "residual_ms")
+FINAL_METRICS = (
+    "latency_ms",
+    "untuned_latency_ms",
+    "onnxruntime_latency_ms",
+    "max_rel_err",
+    "max_abs_err",
+    "speedup_vs_untuned",
+    "speedup_vs_onnxruntime",
+    "estimated_latency_ms",
+    "wall_s",
+    "ratio_vs_onnxruntime",
+    "ratio_vs_onnxruntime_min",
+    "ratio_vs_onnxruntime_max",
+    "time_to_onnxruntime_parity_s",
+    "estimated_model_latency_ms",
+    "residual_ms",
+)

@@ -4,17 +4,20 @@ import tempfile
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+for _path in (ROOT, TESTS):  # the tests live in folders by concept; their shared helpers live here
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 # measurement workers (separate processes) import dynatune too
-os.environ["PYTHONPATH"] = ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+os.environ["PYTHONPATH"] = ROOT + (
+    os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""
+)
 
 # Prefect's local API server can take longer than its default 20 s to start on a loaded 2-core machine
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 from helpers import make_tiny_onnx  # noqa: E402
-
 
 # The schedule library (on by default) is never the user's (~/.cache/dynatune): a session-wide one for
 # session fixtures, one per module for module fixtures (a registry fixture's v2 run starts from its v1 run,
@@ -36,7 +39,7 @@ def per_test_schedule_library(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def cpu_target():
-    from dynatune.target import make_target
+    from dynatune.machine.target import make_target
 
     return make_target()
 

@@ -8,11 +8,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def light_model(name: str) -> str:
     import onnx
 
-    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
+    return os.path.join(
+        os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx"
+    )
 
 
-LIGHT_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
-                "squeezenet", "vgg19", "zfnet512"]
+LIGHT_MODELS = [
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+]
 
 
 def make_tiny_onnx(path: str, batch="N", channels: int = 8, seed: int = 0, extra_layer: bool = False) -> str:
@@ -31,8 +42,14 @@ def make_tiny_onnx(path: str, batch="N", channels: int = 8, seed: int = 0, extra
         helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
         helper.make_node("Add", ["c2", "r1"], ["a1"], name="add1"),
     ]
-    inits = [w("w1", channels, 3, 3, 3), w("b1", channels), w("w2", channels, channels, 3, 3), w("b2", channels),
-             w("fc_w", 10, channels), w("fc_b", 10)]
+    inits = [
+        w("w1", channels, 3, 3, 3),
+        w("b1", channels),
+        w("w2", channels, channels, 3, 3),
+        w("b2", channels),
+        w("fc_w", 10, channels),
+        w("fc_b", 10),
+    ]
     last = "a1"
     if extra_layer:
         nodes.append(helper.make_node("Conv", ["a1", "w3", "b3"], ["c3"], pads=[0, 0, 0, 0], name="conv3"))
@@ -43,8 +60,13 @@ def make_tiny_onnx(path: str, batch="N", channels: int = 8, seed: int = 0, extra
         helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
         helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1, name="fc"),
     ]
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
@@ -104,14 +126,18 @@ def make_embedding_onnx(path: str, vocab: int = 50, dim: int = 8, tokens: int = 
     side = math.isqrt(tokens)
     assert side * side == tokens, "tokens must be a square"
     rng = np.random.default_rng(seed)
-    inits = [numpy_helper.from_array(rng.standard_normal((vocab, dim)).astype(np.float32), "table"),
-             numpy_helper.from_array(np.array([1, dim, side, side], np.int64), "nchw"),
-             numpy_helper.from_array(rng.standard_normal((dim, dim, 3, 3)).astype(np.float32) * 0.2, "w"),
-             numpy_helper.from_array(rng.standard_normal(dim).astype(np.float32) * 0.2, "b")]
-    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0, name="embed"),
-             helper.make_node("Transpose", ["e"], ["et"], perm=[0, 2, 1], name="transpose"),
-             helper.make_node("Reshape", ["et", "nchw"], ["x"], name="to_nchw"),
-             helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="conv")]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((vocab, dim)).astype(np.float32), "table"),
+        numpy_helper.from_array(np.array([1, dim, side, side], np.int64), "nchw"),
+        numpy_helper.from_array(rng.standard_normal((dim, dim, 3, 3)).astype(np.float32) * 0.2, "w"),
+        numpy_helper.from_array(rng.standard_normal(dim).astype(np.float32) * 0.2, "b"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["e"], axis=0, name="embed"),
+        helper.make_node("Transpose", ["e"], ["et"], perm=[0, 2, 1], name="transpose"),
+        helper.make_node("Reshape", ["et", "nchw"], ["x"], name="to_nchw"),
+        helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="conv"),
+    ]
     ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, tokens])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, dim, side, side])
     graph = helper.make_graph(nodes, "embedding", [ids], [y], inits)
@@ -130,16 +156,23 @@ def run_in_plain_tvm(model, artifact: str, tmp_path, extra_check: str = ""):
 
     import numpy as np
 
-    from dynatune.compile import compare, onnxruntime_outputs
+    from dynatune.compiler.compile import compare
+    from dynatune.compiler.runtime import onnxruntime_outputs
 
     x = model.random_inputs(0)[model.inputs[0].name]
     np.save(tmp_path / "x.npy", x)
-    code = ("import sys, numpy as np, tvm; from tvm import relax;"
-            "vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu());"
-            "y = vm['main'](tvm.runtime.tensor(np.load(sys.argv[2]))); np.save(sys.argv[3], y.numpy());"
-            "assert 'dynatune' not in sys.modules;" + extra_check)
+    code = (
+        "import sys, numpy as np, tvm; from tvm import relax;"
+        "vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu());"
+        "y = vm['main'](tvm.runtime.tensor(np.load(sys.argv[2]))); np.save(sys.argv[3], y.numpy());"
+        "assert 'dynatune' not in sys.modules;" + extra_check
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, "-c", code, artifact, str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
-                   check=True, env=env, cwd=str(tmp_path))
+    subprocess.run(
+        [sys.executable, "-c", code, artifact, str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+        check=True,
+        env=env,
+        cwd=str(tmp_path),
+    )
     _, ref = onnxruntime_outputs(model, {model.inputs[0].name: x}, 2)
     return compare([np.load(tmp_path / "y.npy")], ref)

@@ -17,7 +17,9 @@ from servers import free_port
 def _bin_dir() -> str:
     spec = importlib.util.find_spec("pgserver")  # its binaries only: importing it starts nothing
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the pgserver wheel (PostgreSQL's binaries) is not installed: pip install -e '.[test]'")
+        raise RuntimeError(
+            "the pgserver wheel (PostgreSQL's binaries) is not installed: pip install -e '.[test]'"
+        )
     return os.path.join(list(spec.submodule_search_locations)[0], "pginstall", "bin")
 
 
@@ -43,9 +45,15 @@ class LoopbackPostgres:
                 os.setgid(self._as.pw_gid)
                 os.setuid(self._as.pw_uid)
 
-        p = subprocess.run([os.path.join(self.bin, exe), *args], capture_output=True, text=True, timeout=timeout,
-                           preexec_fn=drop_root, cwd=self.root, env={k: v for k, v in os.environ.items()
-                                                                     if not k.startswith("PG")})
+        p = subprocess.run(
+            [os.path.join(self.bin, exe), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=drop_root,
+            cwd=self.root,
+            env={k: v for k, v in os.environ.items() if not k.startswith("PG")},
+        )
         if p.returncode != 0:
             raise RuntimeError(f"{exe} failed ({p.returncode}): {p.stderr[-2000:]}")
         return p.stdout
@@ -55,15 +63,50 @@ class LoopbackPostgres:
         if self._as is not None:
             os.chown(self.root, self._as.pw_uid, self._as.pw_gid)
         # local socket: trust (the set-up below); TCP on loopback: passwords only
-        self._run("initdb", "-D", self.data, "-U", "postgres", "-E", "UTF8", "--auth-local=trust",
-                  "--auth-host=scram-sha-256")
-        self._run("pg_ctl", "-D", self.data, "-w", "-t", "60", "-l", os.path.join(self.root, "log"),
-                  "-o", f"-h 127.0.0.1 -p {self.port} -k {self.root}", "start")
-        sql = (f"CREATE USER {self.user} PASSWORD '{self.password}';"
-               f"CREATE DATABASE {self.database} OWNER {self.user};")
+        self._run(
+            "initdb",
+            "-D",
+            self.data,
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            self.data,
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            os.path.join(self.root, "log"),
+            "-o",
+            f"-h 127.0.0.1 -p {self.port} -k {self.root}",
+            "start",
+        )
+        sql = (
+            f"CREATE USER {self.user} PASSWORD '{self.password}';"
+            f"CREATE DATABASE {self.database} OWNER {self.user};"
+        )
         for stmt in sql.rstrip(";").split(";"):
-            self._run("psql", "-h", self.root, "-p", str(self.port), "-U", "postgres", "-d", "postgres",
-                      "-v", "ON_ERROR_STOP=1", "-c", stmt)
+            self._run(
+                "psql",
+                "-h",
+                self.root,
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                stmt,
+            )
         return self
 
     def __exit__(self, *exc) -> None:

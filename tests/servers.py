@@ -14,7 +14,11 @@ def register_model(uri: str, name: str, path: str, artifacts: str) -> str:
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("models")
-    exp_id = exp.experiment_id if exp else client.create_experiment("models", artifact_location="file://" + artifacts)
+    exp_id = (
+        exp.experiment_id
+        if exp
+        else client.create_experiment("models", artifact_location="file://" + artifacts)
+    )
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     with mlflow.start_run(experiment_id=exp_id):

@@ -1,4 +1,4 @@
-"""Synthetic tuning traces in the format of ``dynatune/data/traces/<model>.json`` (for tests and benches).
+"""Synthetic tuning traces in the format of ``dynatune/bench/data/traces/<model>.json`` (for tests and benches).
 
 Each task's best latency follows a learning curve ``c + (d - c) * g(t)`` (power law or exponential, a
 random family per task), sampled with multiplicative noise every ``step_s`` seconds and turned into a
@@ -10,8 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def synthetic_curve(rng, default_s: float, seconds: float, step_s: float, first_drop=(0.2, 0.7),
-                    final_frac=(0.3, 0.8), noise: float = 0.05) -> list:
+def synthetic_curve(
+    rng,
+    default_s: float,
+    seconds: float,
+    step_s: float,
+    first_drop=(0.2, 0.7),
+    final_frac=(0.3, 0.8),
+    noise: float = 0.05,
+) -> list:
     """[[seconds, trials, best_s], ...] with trace[0] = [0, 0, default_s]."""
     start = default_s * rng.uniform(*first_drop)  # best after the first batch
     floor = start * rng.uniform(*final_frac)  # asymptote
@@ -21,15 +28,21 @@ def synthetic_curve(rng, default_s: float, seconds: float, step_s: float, first_
         t = round(t + step_s * rng.uniform(0.8, 1.2), 3)
         trials += 8
         x = t / step_s
-        g = x ** -speed if kind == 0 else np.exp(-(x - 1) * speed / 4)
+        g = x**-speed if kind == 0 else np.exp(-(x - 1) * speed / 4)
         sample = (floor + (start - floor) * min(g, 1.0)) * (1 + noise * abs(rng.standard_normal()))
         best = min(best, float(sample))
         trace.append([t, trials, best])
     return trace
 
 
-def synthetic_traces(n_tasks: int = 20, n_heavy: int = 3, seed: int = 0, seconds: float = 30.0,
-                     step_s: float = 3.0, model: str = "synthetic") -> dict:
+def synthetic_traces(
+    n_tasks: int = 20,
+    n_heavy: int = 3,
+    seed: int = 0,
+    seconds: float = 30.0,
+    step_s: float = 3.0,
+    model: str = "synthetic",
+) -> dict:
     """A trace document: ``n_heavy`` heavy tasks (most of the latency), the rest light (tiny gains)."""
     rng = np.random.default_rng(seed)
     tasks = []
@@ -40,15 +53,35 @@ def synthetic_traces(n_tasks: int = 20, n_heavy: int = 3, seed: int = 0, seconds
             trace = synthetic_curve(rng, default, seconds, step_s)
         else:
             default, weight = rng.uniform(1e-6, 5e-5), int(rng.integers(1, 6))
-            trace = synthetic_curve(rng, default, seconds, step_s, first_drop=(0.7, 1.0), final_frac=(0.85, 1.0))
+            trace = synthetic_curve(
+                rng, default, seconds, step_s, first_drop=(0.7, 1.0), final_frac=(0.85, 1.0)
+            )
         name = f"fused_nn_conv2d_{i}" if heavy else f"fused_reshape_{i}"
-        tasks.append({"index": i, "name": name, "key": f"k{i}", "weight": weight, "flops": 1e6,
-                      "default_s": default, "trace": trace, "heavy": heavy})
+        tasks.append(
+            {
+                "index": i,
+                "name": name,
+                "key": f"k{i}",
+                "weight": weight,
+                "flops": 1e6,
+                "default_s": default,
+                "trace": trace,
+                "heavy": heavy,
+            }
+        )
     return {"model": model, "seconds_per_task": seconds, "tasks": tasks}
 
 
-def staircase_traces(n_tasks: int = 24, seed: int = 0, slots: int = 12, step_s: float = 3.0, p0: float = 0.6,
-                     gamma: float = 0.6, u=(2.0, 3.0), kinds=None) -> dict:
+def staircase_traces(
+    n_tasks: int = 24,
+    seed: int = 0,
+    slots: int = 12,
+    step_s: float = 3.0,
+    p0: float = 0.6,
+    gamma: float = 0.6,
+    u=(2.0, 3.0),
+    kinds=None,
+) -> dict:
     """Staircase curves with KNOWN headroom: the model :mod:`dynatune.beliefs.headroom` assumes.
 
     Each task has a roofline ``bound_s``; its kind's attainable fraction ``phi`` sets its floor
@@ -68,10 +101,20 @@ def staircase_traces(n_tasks: int = 24, seed: int = 0, slots: int = 12, step_s: 
         best = floor * rng.uniform(1.5, 4.0)
         trace = [[0.0, 0, default], [step_s, 8, best]]
         for k in range(2, slots + 1):
-            if rng.random() < min(p0 * k ** -gamma, 1.0):
+            if rng.random() < min(p0 * k**-gamma, 1.0):
                 best -= rng.beta(*u) * (best - floor)
             trace.append([k * step_s, 8 * k, best])
-        tasks.append({"index": i, "name": f"fused_{kind}{i}_add{i}", "key": f"k{i}",
-                      "weight": int(rng.integers(1, 4)), "flops": 0.0, "bound_s": bound, "floor_s": floor,
-                      "default_s": default, "trace": trace})
+        tasks.append(
+            {
+                "index": i,
+                "name": f"fused_{kind}{i}_add{i}",
+                "key": f"k{i}",
+                "weight": int(rng.integers(1, 4)),
+                "flops": 0.0,
+                "bound_s": bound,
+                "floor_s": floor,
+                "default_s": default,
+                "trace": trace,
+            }
+        )
     return {"model": f"staircase{seed}", "seconds_per_task": slots * step_s, "tasks": tasks}

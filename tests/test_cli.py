@@ -10,8 +10,9 @@ from helpers import ROOT, light_model, make_tiny_onnx
 
 def _cli(*args):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "dynatune.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dynatune.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_tasks_json_and_table(tmp_path):

@@ -16,11 +16,10 @@ import shlex
 import tomllib
 
 import pytest
+from helpers import ROOT
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.version import Version
-
-from helpers import ROOT
 
 
 def _read(name):
@@ -151,8 +150,9 @@ def test_constraints_pin_every_requirement_of_pyproject():
         r = Requirement(text)
         name = _norm(r.name)
         assert name in pins, f"{r.name} (pyproject.toml) is not pinned in constraints.txt"
-        assert r.specifier.contains(pins[name], prereleases=True), \
+        assert r.specifier.contains(pins[name], prereleases=True), (
             f"constraints.txt pins {r.name}=={pins[name]}, which pyproject.toml's {text!r} rejects"
+        )
 
 
 def test_constraints_lock_the_whole_dependency_closure():
@@ -164,7 +164,10 @@ def test_constraints_lock_the_whole_dependency_closure():
     env = default_environment()
     project = _pyproject()["project"]
     todo = [(Requirement(t), "pyproject.toml") for t in project["dependencies"]]
-    todo += [(Requirement(t), "pyproject.toml [test]") for t in project.get("optional-dependencies", {}).get("test", [])]
+    todo += [
+        (Requirement(t), "pyproject.toml [test]")
+        for t in project.get("optional-dependencies", {}).get("test", [])
+    ]
     seen, problems = set(), []
     while todo:
         req, by = todo.pop()
@@ -204,8 +207,19 @@ def test_ci_runs_the_readme_test_command():
     assert _pip_install(pip[0]) == {"constraints": ["constraints.txt"], "targets": [("editable", ".[test]")]}
 
 
-@pytest.mark.parametrize("path", ["pyproject.toml", "constraints.txt", "README.md", "configs/quickstart.yaml",
-                                  "dynatune/cli.py", "flows/tune_model.py", "tasks/tracking.py", "prefect.yaml"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "pyproject.toml",
+        "constraints.txt",
+        "README.md",
+        "configs/quickstart.yaml",
+        "dynatune/cli.py",
+        "flows/tune_model.py",
+        "tasks/tracking.py",
+        "prefect.yaml",
+    ],
+)
 def test_dockerignore_keeps_what_the_image_needs(path):
     patterns = [p.strip() for p in _read(".dockerignore").splitlines() if p.strip() and not p.startswith("#")]
     parts = path.split("/")

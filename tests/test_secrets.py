@@ -7,25 +7,28 @@ import subprocess
 import sys
 
 import pytest
-
-from dynatune.config import load_config, validate_dict
-from dynatune.errors import DynatuneError
-from dynatune.secrets import mask, mask_text, reference, resolve
 from helpers import ROOT, make_tiny_onnx
 from servers import free_port, register_model, stop_process, wait_for
+
+from dynatune.errors import DynatuneError
+from dynatune.run.config import load_config, validate_dict
+from dynatune.secrets import mask, mask_text, reference, resolve
 
 PASSWORD = "pw-S3cr3t-4711"
 
 
 # -- unit ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("url, masked", [
-    (f"https://alice:{PASSWORD}@mlflow.example/x?a=1", "https://alice:***@mlflow.example/x?a=1"),
-    (f"postgresql://bob:{PASSWORD}@db/mlflow", "postgresql://bob:***@db/mlflow"),
-    (f"http://{PASSWORD}@127.0.0.1:5000", "http://***@127.0.0.1:5000"),
-    (f"https://h/api?token={PASSWORD}&b=2", "https://h/api?token=***&b=2"),
-    ("sqlite:////tmp/runs/mlflow.db", "sqlite:////tmp/runs/mlflow.db"),
-    ("not a url", "not a url"),
-])
+@pytest.mark.parametrize(
+    "url, masked",
+    [
+        (f"https://alice:{PASSWORD}@mlflow.example/x?a=1", "https://alice:***@mlflow.example/x?a=1"),
+        (f"postgresql://bob:{PASSWORD}@db/mlflow", "postgresql://bob:***@db/mlflow"),
+        (f"http://{PASSWORD}@127.0.0.1:5000", "http://***@127.0.0.1:5000"),
+        (f"https://h/api?token={PASSWORD}&b=2", "https://h/api?token=***&b=2"),
+        ("sqlite:////tmp/runs/mlflow.db", "sqlite:////tmp/runs/mlflow.db"),
+        ("not a url", "not a url"),
+    ],
+)
 def test_mask(url, masked):
     assert mask(url) == masked
 
@@ -76,15 +79,35 @@ def mlflow_server(tmp_path_factory):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     log = open(d / "server.log", "w")
-    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "mlflow"), "server", "--host", "127.0.0.1",
-                             "--port", str(port), "--backend-store-uri", f"sqlite:///{d / 'store.db'}",
-                             "--default-artifact-root", str(d / "artifacts"), "--workers", "1"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(d))
+    proc = subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "mlflow"),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{d / 'store.db'}",
+            "--default-artifact-root",
+            str(d / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=str(d),
+    )
     import urllib.request
 
     try:
-        wait_for(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read(), 120,
-                 "the MLflow server", proc)
+        wait_for(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read(),
+            120,
+            "the MLflow server",
+            proc,
+        )
         yield {"dir": d, "uri": f"http://alice:{PASSWORD}@127.0.0.1:{port}"}
     finally:
         stop_process(proc)
@@ -96,16 +119,28 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
     uri = mlflow_server["uri"]
     home = tmp_path / "prefect-home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
-    env.update(PYTHONPATH=ROOT, PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               MLFLOW_TRACKING_URI=uri)
+    env.update(
+        PYTHONPATH=ROOT,
+        PREFECT_HOME=str(home),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        MLFLOW_TRACKING_URI=uri,
+    )
     model = make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1)
     cfg = tmp_path / "tiny.yaml"
-    cfg.write_text(f"model: {{path: {model}}}\nbudget_s: 4\nslot_s: 2\nwork_dir: {tmp_path / 'work'}\n"
-                   "search: {trials_per_iter: 4, population_size: 32}\n"
-                   "compile: {measure_untuned: false, measure_onnxruntime: false, profile: false}\n")
+    cfg.write_text(
+        f"model: {{path: {model}}}\nbudget_s: 4\nslot_s: 2\nwork_dir: {tmp_path / 'work'}\n"
+        "search: {trials_per_iter: 4, population_size: 32}\n"
+        "compile: {measure_untuned: false, measure_onnxruntime: false, profile: false}\n"
+    )
     # tune: the CLI, as a user runs it (Prefect's local mode, MLflow on the server)
-    out = subprocess.run([sys.executable, "-m", "dynatune.cli", "tune", str(cfg), "--json"], env=env, cwd=str(tmp_path),
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-m", "dynatune.cli", "tune", str(cfg), "--json"],
+        env=env,
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     # the registry watcher: a registered version, tuned by the flow (a subflow run with its parameters)
     monkeypatch.setenv("PREFECT_HOME", str(home))
@@ -119,7 +154,9 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
         register_model(uri, "secret-net", model, str(mlflow_server["dir"] / "artifacts"))
         from flows.registry import watch_registry
 
-        done = watch_registry(["secret-net"], str(cfg), "env:MLFLOW_TRACKING_URI", work_root=str(tmp_path / "reg"))
+        done = watch_registry(
+            ["secret-net"], str(cfg), "env:MLFLOW_TRACKING_URI", work_root=str(tmp_path / "reg")
+        )
         assert [d["status"] for d in done] == ["tuned"], done
         # serve: the deployments' parameters (what the Prefect UI shows)
         from flows.serve import build_deployments

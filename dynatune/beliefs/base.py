@@ -80,8 +80,15 @@ class Beliefs(ABC):
     spread of the outcome.
     """
 
-    def __init__(self, min_points: int = 3, prior_gain: float = 0.5, prior_gain_tuned: float = 0.1,
-                 prior_strength: float = 2.0, stall_strength: float = 2.0, max_points: int = 96):
+    def __init__(
+        self,
+        min_points: int = 3,
+        prior_gain: float = 0.5,
+        prior_gain_tuned: float = 0.1,
+        prior_strength: float = 2.0,
+        stall_strength: float = 2.0,
+        max_points: int = 96,
+    ):
         self.min_points = min_points
         self.prior_gain = prior_gain
         self.prior_gain_tuned = prior_gain_tuned

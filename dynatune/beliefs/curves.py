@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import ndtr
 
-from .base import Beliefs, _valid
+from dynatune.beliefs.base import Beliefs, _valid
 
 FAMILIES = ("pow3", "log_power", "exp3", "weibull")
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -99,8 +99,10 @@ def _shape_grid():
 _FAM, _P1, _P2, _LOG_PRIOR_SHAPE = _shape_grid()
 PRIOR_WIDTH = 3.0  # prior std of c and a, in units of the first tuned value
 _SIGMA_REL = np.geomspace(1e-4, 0.3, 12)  # noise grid, relative to the first tuned value
-_SL = [slice(int(np.argmax(_FAM == f)), int(np.argmax(_FAM == f)) + int((_FAM == f).sum()))
-       for f in range(len(FAMILIES))]  # grid points are grouped by family
+_SL = [
+    slice(int(np.argmax(_FAM == f)), int(np.argmax(_FAM == f)) + int((_FAM == f).sum()))
+    for f in range(len(FAMILIES))
+]  # grid points are grouped by family
 
 
 def basis(x: np.ndarray) -> np.ndarray:
@@ -149,7 +151,7 @@ def fit_curve(x, y, x_next: float, prior_width: float = PRIOR_WIDTH) -> CurveFit
     b = float(y.min())
     scale = max(float(y[0]), 1e-12)
     g = basis(np.append(x, x_next))  # (K, n + 1)
-    g, g_next, g_last = g[:, :n], g[:, n:], g[:, n - 1:n]
+    g, g_next, g_last = g[:, :n], g[:, n:], g[:, n - 1 : n]
     sg, sgg, sgy = g.sum(1, keepdims=True), (g * g).sum(1, keepdims=True), (g @ y)[:, None]
     sy, syy = y.sum(), y @ y
     # prior on (c, a): c ~ N(b, (w scale)^2), a ~ N(0, (w scale)^2), w = prior_width

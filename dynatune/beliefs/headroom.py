@@ -1,7 +1,7 @@
 """Headroom beliefs (``beliefs: headroom``): how far a task is from what the machine allows, and the
 staircase by which real tuning curves get there.
 
-Headroom. A task's latency is bounded below by its roofline (:mod:`dynatune.roofline`): ``bound_s`` from
+Headroom. A task's latency is bounded below by its roofline (:mod:`dynatune.machine.roofline`): ``bound_s`` from
 its FLOPs and compulsory bytes at the machine's measured peak compute and bandwidth (``TaskView.bound_s``,
 0 when unknown). No kernel reaches the bound, but kernels of one operator kind (conv2d, matmul, ...)
 in one regime (compute-bound, or ``/memory``-bound like a depthwise conv) reach similar fractions of it. The achieved fraction ``phi = bound / best`` of the best task of a kind,
@@ -36,7 +36,7 @@ import statistics
 
 import numpy as np
 
-from .base import Beliefs, _valid
+from dynatune.beliefs.base import Beliefs, _valid
 
 _P0 = np.geomspace(0.02, 1.0, 24)[:, None, None]  # the jump law's grid: p0 x gamma x slots
 _GAMMA = np.linspace(0.0, 2.0, 21)[None, :, None]
@@ -53,28 +53,45 @@ def operator_kind(name: str) -> str:
 
 
 class HeadroomBeliefs(Beliefs):
-    def __init__(self, uplift: float = 0.5, uplift_slots: float = 10.0, phi_prior: float = 0.3,
-                 jump_rel_tol: float = 0.005, p_prior: float = 0.3, prior_slots: float = 4.0,
-                 task_strength: float = 2.0, u_prior: float = 0.3, u_strength: float = 2.0, h_cv: float = 0.5,
-                 **shared):
+    def __init__(
+        self,
+        uplift: float = 0.5,
+        uplift_slots: float = 10.0,
+        phi_prior: float = 0.3,
+        jump_rel_tol: float = 0.005,
+        p_prior: float = 0.3,
+        prior_slots: float = 4.0,
+        task_strength: float = 2.0,
+        u_prior: float = 0.3,
+        u_strength: float = 2.0,
+        h_cv: float = 0.5,
+        **shared,
+    ):
         super().__init__(**shared)
         self.uplift, self.uplift_slots, self.phi_prior = uplift, uplift_slots, phi_prior
         self.jump_rel_tol, self.p_prior, self.prior_slots = jump_rel_tol, p_prior, prior_slots
-        self.task_strength, self.u_prior, self.u_strength, self.h_cv = task_strength, u_prior, u_strength, h_cv
+        self.task_strength, self.u_prior, self.u_strength, self.h_cv = (
+            task_strength,
+            u_prior,
+            u_strength,
+            h_cv,
+        )
         self._key = None
         self._step_cache: dict[int, tuple] = {}
         self._memory_bound: dict[int, bool] = {}
         self.phi_star: dict[str, float] = {}  # operator kind -> attainable fraction of the roofline
         self.tuned_in_kind: dict[str, int] = {}
         self.jump_law = (p_prior, 0.0)  # (p0, gamma)
-        self.u_mean, self.u_var = u_prior, u_prior ** 2
+        self.u_mean, self.u_var = u_prior, u_prior**2
         self._rel_headroom = 0.5  # median relative headroom of the tasks with a bound
 
     # -- population statistics -------------------------------------------------------------------
     def observe(self, tasks, slot_s: float) -> None:
         super().observe(tasks, slot_s)
-        key = (slot_s, tuple((t.index, t.visits, t.history[-1][2] if t.history else None, _bound(t))
-                             for t in tasks))
+        key = (
+            slot_s,
+            tuple((t.index, t.visits, t.history[-1][2] if t.history else None, _bound(t)) for t in tasks),
+        )
         if key == self._key:
             return
         self._key = key
@@ -138,13 +155,13 @@ class HeadroomBeliefs(Beliefs):
         j = np.array([jumps[x] for x in sorted(slots)], dtype=float)
         p = np.minimum(_P0 * k[None, None, :] ** -_GAMMA, 0.999)
         loglik = (j * np.log(p) + (n - j) * np.log1p(-p)).sum(-1)
-        p2 = np.minimum(_P0 * 2.0 ** -_GAMMA, 0.999)[..., 0]  # prior: pseudo-slots at the second effective slot
+        p2 = np.minimum(_P0 * 2.0**-_GAMMA, 0.999)[..., 0]  # prior: pseudo-slots at the second effective slot
         loglik = loglik + self.prior_slots * (self.p_prior * np.log(p2) + (1 - self.p_prior) * np.log1p(-p2))
         i, g = np.unravel_index(int(np.argmax(loglik)), loglik.shape)
         self.jump_law = (float(_P0[i, 0, 0]), float(_GAMMA[0, g, 0]))
         count, a = len(fractions), self.u_strength
         self.u_mean = (sum(fractions) + a * self.u_prior) / (count + a)
-        spread = statistics.pvariance(fractions) if count > 1 else self.u_prior ** 2
+        spread = statistics.pvariance(fractions) if count > 1 else self.u_prior**2
         self.u_var = spread / (count + a)
 
     # -- per task -----------------------------------------------------------------------------------
@@ -156,7 +173,7 @@ class HeadroomBeliefs(Beliefs):
 
     def jump_probability(self, k: int) -> float:
         p0, gamma = self.jump_law
-        return min(p0 * k ** -gamma, 0.999)
+        return min(p0 * k**-gamma, 0.999)
 
     def predict(self, task, slot_s: float, best_s: float | None = None) -> tuple[float, float, str]:
         best = task.best_s if best_s is None else best_s
@@ -177,7 +194,7 @@ class HeadroomBeliefs(Beliefs):
         p_var = (base * math.sqrt(jumps + a) / (expected + a)) ** 2
         cv = self.h_cv / math.sqrt(1 + self.tuned_in_kind.get(self.kind(task), 0))
         mean = p * self.u_mean * headroom
-        second = (p * p + p_var) * (self.u_mean ** 2 + self.u_var) * headroom ** 2 * (1 + cv * cv)
+        second = (p * p + p_var) * (self.u_mean**2 + self.u_var) * headroom**2 * (1 + cv * cv)
         return mean, math.sqrt(max(second - mean * mean, 0.0)), "headroom"
 
     def clear(self) -> None:

@@ -6,7 +6,7 @@
     dynatune library prune [--keep N] [--fingerprint FP] [--url URL]
 
 ``--url`` defaults to ``$DYNATUNE_LIBRARY_URL``, else the embedded library in ``~/.cache/dynatune``;
-``--fingerprint`` to this machine's (:func:`dynatune.target.machine_fingerprint` of the llvm target).
+``--fingerprint`` to this machine's (:func:`dynatune.machine.target.machine_fingerprint` of the llvm target).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 
-from .store import ScheduleLibrary, library_url
+from dynatune.library.store import ScheduleLibrary, library_url
 
 
 def add_parser(sub) -> None:
@@ -28,15 +28,19 @@ def add_parser(sub) -> None:
     imp = cmds.add_parser("import", help="add an exported file's records")
     imp.add_argument("file")
     prune = cmds.add_parser("prune", help="delete records that are no longer among any task's best")
-    prune.add_argument("--keep", type=int, default=16, help="schedules kept per task (default 16: what a run seeds)")
+    prune.add_argument(
+        "--keep", type=int, default=16, help="schedules kept per task (default 16: what a run seeds)"
+    )
     prune.add_argument("--fingerprint", help="only this fingerprint's tasks (default: all)")
     for p in (show, exp, imp, prune):
-        p.add_argument("--url", help="the library (default: $DYNATUNE_LIBRARY_URL, else ~/.cache/dynatune/library.db)")
+        p.add_argument(
+            "--url", help="the library (default: $DYNATUNE_LIBRARY_URL, else ~/.cache/dynatune/library.db)"
+        )
         p.set_defaults(func=cmd_library)
 
 
 def this_machine() -> str:
-    from ..target import machine_fingerprint, make_target
+    from dynatune.machine.target import machine_fingerprint, make_target
 
     return machine_fingerprint(make_target("llvm"))
 
@@ -56,10 +60,15 @@ def cmd_library(args) -> int:
             print(f"wrote {n} records of {fp} to {args.file}")
         elif args.library_cmd == "import":
             got = lib.import_file(args.file)
-            mine = " (this machine's kind)" if got["fingerprint"] == this_machine() else \
-                " (not this machine's kind: used only by runs on a machine of that kind)"
-            print(f"imported {got['records']} records ({got['skipped']} already here) of {got['tasks']} tasks "
-                  f"for {got['fingerprint']}{mine}")
+            mine = (
+                " (this machine's kind)"
+                if got["fingerprint"] == this_machine()
+                else " (not this machine's kind: used only by runs on a machine of that kind)"
+            )
+            print(
+                f"imported {got['records']} records ({got['skipped']} already here) of {got['tasks']} tasks "
+                f"for {got['fingerprint']}{mine}"
+            )
         else:
             n = lib.prune(args.keep, args.fingerprint)
             print(f"deleted {n} records (kept each task's {args.keep} best schedules)")
@@ -75,9 +84,13 @@ def show_lines(held: dict, mine: str) -> list[str]:
     for f in held["fingerprints"]:
         tag = "  <- this machine" if f["fingerprint"] == mine else ""
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(f["kinds"].items(), key=lambda kv: -kv[1]))
-        lines += [f"{f['fingerprint']}{tag}", f"  {f['tasks']} tasks ({kinds}), {f['records']} records, "
-                  f"{f['runs']} runs"]
+        lines += [
+            f"{f['fingerprint']}{tag}",
+            f"  {f['tasks']} tasks ({kinds}), {f['records']} records, {f['runs']} runs",
+        ]
         for r in f["newest_runs"]:
-            when = datetime.datetime.fromtimestamp(r["last_write"], datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+            when = datetime.datetime.fromtimestamp(r["last_write"], datetime.timezone.utc).strftime(
+                "%Y-%m-%d %H:%M"
+            )
             lines.append(f"  run {r['run_id'][:8]} {r['model']}, last wrote {when} UTC")
     return lines

@@ -26,11 +26,11 @@ import statistics
 import time
 import warnings
 
-from ..batch_callbacks import BatchCallback
-from ..database import mean_secs
-from ..files import atomic_write_json
-from .store import LibraryRecord, ScheduleLibrary, db_error, kept, library_url
-from .transfer import task_pattern, transferred_candidates
+from dynatune.files import atomic_write_json
+from dynatune.library.store import LibraryRecord, ScheduleLibrary, db_error, kept, library_url
+from dynatune.library.transfer import task_pattern, transferred_candidates
+from dynatune.search.batch_callbacks import BatchCallback
+from dynatune.search.database import mean_secs
 
 TRANSFER_SOURCES = (3, 2)  # transfer from the 3 most similar library tasks, 2 best schedules each
 
@@ -38,9 +38,21 @@ TRANSFER_SOURCES = (3, 2)  # transfer from the 3 most similar library tasks, 2 b
 class RunLibrary:
     """The library, as one run uses it."""
 
-    def __init__(self, library: ScheduleLibrary, fingerprint: str, model: str, seed_records: int,
-                 match_keys: bool = True, transfer: bool = True):
-        self.library, self.fingerprint, self.model, self.seed_records = library, fingerprint, model, seed_records
+    def __init__(
+        self,
+        library: ScheduleLibrary,
+        fingerprint: str,
+        model: str,
+        seed_records: int,
+        match_keys: bool = True,
+        transfer: bool = True,
+    ):
+        self.library, self.fingerprint, self.model, self.seed_records = (
+            library,
+            fingerprint,
+            model,
+            seed_records,
+        )
         self.match_keys, self.transfer = match_keys, transfer
         self.writer = WriteToLibrary(self)
         self.comparison = CompareTransferred()
@@ -51,13 +63,19 @@ class RunLibrary:
         """The library ``cfg.library`` asks for, or None when it is off. With a device farm
         (``measure.rpc``) the records are the remote devices', so ``library.fingerprint`` must name their
         kind; without it the run does not use the library."""
-        from ..target import machine_fingerprint
+        from dynatune.machine.target import machine_fingerprint
 
         sec = cfg.library
         if not sec.enabled or (cfg.measure.rpc and not sec.fingerprint):
             return None
-        return cls(ScheduleLibrary(library_url(sec.url)), sec.fingerprint or machine_fingerprint(target), model,
-                   sec.seed_records, sec.match_keys, sec.transfer)
+        return cls(
+            ScheduleLibrary(library_url(sec.url)),
+            sec.fingerprint or machine_fingerprint(target),
+            model,
+            sec.seed_records,
+            sec.match_keys,
+            sec.transfer,
+        )
 
     def callbacks(self) -> list:
         """The batch callbacks a run using the library adds after the default ones."""
@@ -73,13 +91,24 @@ class RunLibrary:
             return self.seeded
         t0 = time.perf_counter()
         by_key = {t.key: t for t in session.tasks}
-        found = self.library.top_records(self.fingerprint, by_key, self.seed_records) if self.match_keys else {}
+        found = (
+            self.library.top_records(self.fingerprint, by_key, self.seed_records) if self.match_keys else {}
+        )
         n, unreadable = self._add_records(session, by_key, found)
-        transfer = [t.name for t in session.tasks if t.key not in found and self._plan_transfer(session, t)] \
-            if self.transfer else []
-        self.seeded = {"matched_tasks": len(found), "seeded_records": n, "unreadable_records": unreadable,
-                       "matched": sorted(by_key[k].name for k in found), "transfer_tasks": len(transfer),
-                       "transfer": transfer, "seed_s": round(time.perf_counter() - t0, 3)}
+        transfer = (
+            [t.name for t in session.tasks if t.key not in found and self._plan_transfer(session, t)]
+            if self.transfer
+            else []
+        )
+        self.seeded = {
+            "matched_tasks": len(found),
+            "seeded_records": n,
+            "unreadable_records": unreadable,
+            "matched": sorted(by_key[k].name for k in found),
+            "transfer_tasks": len(transfer),
+            "transfer": transfer,
+            "seed_s": round(time.perf_counter() - t0, 3),
+        }
         atomic_write_json(done, self.seeded)
         return self.seeded
 
@@ -102,14 +131,21 @@ class RunLibrary:
     def _plan_transfer(self, session, task) -> bool:
         """Queue a transferred head for ``task``'s first batch if the library has similar tasks."""
         tasks, per_task = TRANSFER_SOURCES
-        sources = self.library.similar(self.fingerprint, task_pattern(task.name), task.flops, exclude={task.key},
-                                       tasks=tasks, per_task=per_task)
+        sources = self.library.similar(
+            self.fingerprint,
+            task_pattern(task.name),
+            task.flops,
+            exclude={task.key},
+            tasks=tasks,
+            per_task=per_task,
+        )
         if not sources:
             return False
 
         def head(ctx, batch_size: int) -> list:
-            cands = transferred_candidates(task.mod, sources, ctx.space_generator.postprocs,
-                                           limit=max(1, batch_size // 2))
+            cands = transferred_candidates(
+                task.mod, sources, ctx.space_generator.postprocs, limit=max(1, batch_size // 2)
+            )
             self.comparison.expect(task.key, len(cands))
             return cands
 
@@ -118,12 +154,17 @@ class RunLibrary:
 
     def report(self) -> dict:
         """For the summary, MLflow and the report."""
-        return {"url": self.library.shown_url, "fingerprint": self.fingerprint,
-                "matched_tasks": self.seeded.get("matched_tasks", 0),
-                "seeded_records": self.seeded.get("seeded_records", 0),
-                "transfer_tasks": self.seeded.get("transfer_tasks", 0), "seed_s": self.seeded.get("seed_s", 0.0),
-                **self.comparison.summary(),
-                "written_records": self.writer.written, "write_error": self.writer.error}
+        return {
+            "url": self.library.shown_url,
+            "fingerprint": self.fingerprint,
+            "matched_tasks": self.seeded.get("matched_tasks", 0),
+            "seeded_records": self.seeded.get("seeded_records", 0),
+            "transfer_tasks": self.seeded.get("transfer_tasks", 0),
+            "seed_s": self.seeded.get("seed_s", 0.0),
+            **self.comparison.summary(),
+            "written_records": self.writer.written,
+            "write_error": self.writer.error,
+        }
 
     def close(self) -> None:
         self.library.close()
@@ -140,15 +181,27 @@ class WriteToLibrary(BatchCallback):
         self._sent: set[str] = set()  # task keys whose workload the library has from this run
 
     def apply(self, session, batch) -> None:
-        from ..beliefs.headroom import operator_kind
+        from dynatune.beliefs.headroom import operator_kind
 
         if self.error is not None or not batch.records:
             return
         t = batch.task
         workload = None if t.key in self._sent else session.db.workload_json(t.key)  # once per task and run
-        rows = kept([LibraryRecord(t.key, operator_kind(t.name), task_pattern(t.name), t.flops, workload,
-                                   rec, mean_secs(secs))
-                     for rec, secs in zip(batch.records, batch.timings) if secs is not None])
+        rows = kept(
+            [
+                LibraryRecord(
+                    t.key,
+                    operator_kind(t.name),
+                    task_pattern(t.name),
+                    t.flops,
+                    workload,
+                    rec,
+                    mean_secs(secs),
+                )
+                for rec, secs in zip(batch.records, batch.timings)
+                if secs is not None
+            ]
+        )
         if not rows:
             return
         lib = self.link.library
@@ -159,8 +212,11 @@ class WriteToLibrary(BatchCallback):
             self._sent.add(t.key)  # the library has its workload now
         except Exception as exc:  # the tuning goes on without the library; the summary says why
             self.error = db_error(exc)
-            warnings.warn(f"schedule library {lib.shown_url} cannot be written, tuning goes on without it: "
-                          f"{self.error}", stacklevel=2)
+            warnings.warn(
+                f"schedule library {lib.shown_url} cannot be written, tuning goes on without it: "
+                f"{self.error}",
+                stacklevel=2,
+            )
 
 
 class CompareTransferred(BatchCallback):
@@ -180,17 +236,28 @@ class CompareTransferred(BatchCallback):
             return
         n = min(n, len(batch.candidates))
         means = [mean_secs(secs) if secs is not None else float("inf") for secs in batch.timings]
-        self.first_batches.append({"task": batch.task.name, "transferred": n, "searched": len(means) - n,
-                                   "transferred_best_s": _finite_min(means[:n]),
-                                   "search_best_s": _finite_min(means[n:])})
+        self.first_batches.append(
+            {
+                "task": batch.task.name,
+                "transferred": n,
+                "searched": len(means) - n,
+                "transferred_best_s": _finite_min(means[:n]),
+                "search_best_s": _finite_min(means[n:]),
+            }
+        )
 
     def summary(self) -> dict:
-        ratios = [b["search_best_s"] / b["transferred_best_s"] for b in self.first_batches
-                  if b["transferred_best_s"] and b["search_best_s"]]
-        return {"transferred_tasks": sum(1 for b in self.first_batches if b["transferred"]),
-                "transfer_first_batches": self.first_batches,
-                # > 1: the transferred schedules beat the search's own first candidates
-                "transfer_gain_median": statistics.median(ratios) if ratios else None}
+        ratios = [
+            b["search_best_s"] / b["transferred_best_s"]
+            for b in self.first_batches
+            if b["transferred_best_s"] and b["search_best_s"]
+        ]
+        return {
+            "transferred_tasks": sum(1 for b in self.first_batches if b["transferred"]),
+            "transfer_first_batches": self.first_batches,
+            # > 1: the transferred schedules beat the search's own first candidates
+            "transfer_gain_median": statistics.median(ratios) if ratios else None,
+        }
 
 
 def _finite_min(values) -> float | None:

@@ -8,7 +8,7 @@ directory) and a farm's PostgreSQL server:
   measured it;
 - ``dt_runs``: one row per run that wrote, with its model and when it last wrote.
 
-Records are only ever read for one fingerprint (:func:`dynatune.target.machine_fingerprint`: target, CPU model
+Records are only ever read for one fingerprint (:func:`dynatune.machine.target.machine_fingerprint`: target, CPU model
 and ISA features), so schedules measured on one kind of machine are never applied on another.
 
 Safe under concurrency: every write is one transaction (SQLite: WAL journal, ``BEGIN IMMEDIATE`` and a busy
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from .. import secrets
-from ..errors import DynatuneError
-from ..files import cache_root
+from dynatune import secrets
+from dynatune.errors import DynatuneError
+from dynatune.files import cache_root
 
 FORMAT = "dynatune-library"  # the first line of an exported file
 FORMAT_VERSION = 1
@@ -41,7 +41,8 @@ SQLITE_BUSY_TIMEOUT_MS = 120_000
 
 metadata = sa.MetaData()
 workloads = sa.Table(
-    "dt_workloads", metadata,
+    "dt_workloads",
+    metadata,
     sa.Column("fingerprint", sa.String(400), primary_key=True),
     sa.Column("task_key", sa.String(128), primary_key=True),
     sa.Column("kind", sa.String(64), nullable=False),  # the operator: conv2d, matmul, ...
@@ -51,7 +52,8 @@ workloads = sa.Table(
     sa.Index("dt_workloads_by_pattern", "fingerprint", "pattern"),
 )
 records = sa.Table(
-    "dt_records", metadata,
+    "dt_records",
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("fingerprint", sa.String(400), nullable=False),
     sa.Column("task_key", sa.String(128), nullable=False),
@@ -64,7 +66,8 @@ records = sa.Table(
     sa.Index("dt_records_by_task", "fingerprint", "task_key", "mean_s"),
 )
 runs = sa.Table(
-    "dt_runs", metadata,
+    "dt_runs",
+    metadata,
     sa.Column("run_id", sa.String(64), primary_key=True),
     sa.Column("fingerprint", sa.String(400), nullable=False),
     sa.Column("model", sa.String(256), nullable=False),
@@ -82,7 +85,7 @@ class LibraryRecord:
     pattern: str
     flops: float
     workload: object  # MetaSchedule's Workload.as_json(); None: the library has it already
-    record: object  # dynatune.database.record_json(TuningRecord)
+    record: object  # dynatune.search.database.record_json(TuningRecord)
     mean_s: float
 
 
@@ -121,13 +124,19 @@ class ScheduleLibrary:
             self.engine = _engine(self.url)
             try:
                 metadata.create_all(self.engine)
-            except sa.exc.SQLAlchemyError:  # another run created the tables at the same moment: they are there now
+            except (
+                sa.exc.SQLAlchemyError
+            ):  # another run created the tables at the same moment: they are there now
                 metadata.create_all(self.engine)
         except DynatuneError:
             raise
-        except Exception as exc:  # a server that is down, a driver not installed, a file that is not a database
-            raise DynatuneError(f"cannot open the schedule library at {self.shown_url}: {db_error(exc)}",
-                                "check library.url, or set library.enabled: false") from None
+        except (
+            Exception
+        ) as exc:  # a server that is down, a driver not installed, a file that is not a database
+            raise DynatuneError(
+                f"cannot open the schedule library at {self.shown_url}: {db_error(exc)}",
+                "check library.url, or set library.enabled: false",
+            ) from None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -137,8 +146,11 @@ class ScheduleLibrary:
         run_id = uuid.uuid4().hex
         now = time.time()
         with self.engine.begin() as conn:
-            conn.execute(runs.insert().values(run_id=run_id, fingerprint=fingerprint, model=model[:256],
-                                              started=now, last_write=now))
+            conn.execute(
+                runs.insert().values(
+                    run_id=run_id, fingerprint=fingerprint, model=model[:256], started=now, last_write=now
+                )
+            )
         return run_id
 
     def add(self, fingerprint: str, run_id: str, batch: list[LibraryRecord]) -> int:
@@ -154,13 +166,33 @@ class ScheduleLibrary:
             for r in rows:
                 if r.workload is not None and r.task_key not in seen:
                     seen.add(r.task_key)
-                    wl_rows.append({"fingerprint": fingerprint, "task_key": r.task_key, "kind": r.kind,
-                                    "pattern": r.pattern, "flops": float(r.flops), "workload": json.dumps(r.workload)})
+                    wl_rows.append(
+                        {
+                            "fingerprint": fingerprint,
+                            "task_key": r.task_key,
+                            "kind": r.kind,
+                            "pattern": r.pattern,
+                            "flops": float(r.flops),
+                            "workload": json.dumps(r.workload),
+                        }
+                    )
             _insert_ignoring_existing(conn, workloads, wl_rows)
-            n = _insert_ignoring_existing(conn, records, [
-                {"fingerprint": fingerprint, "task_key": r.task_key, "run_id": run_id,
-                 "trace_hash": trace_hash(r.record), "mean_s": float(r.mean_s), "record": json.dumps(r.record),
-                 "created": now} for r in rows])
+            n = _insert_ignoring_existing(
+                conn,
+                records,
+                [
+                    {
+                        "fingerprint": fingerprint,
+                        "task_key": r.task_key,
+                        "run_id": run_id,
+                        "trace_hash": trace_hash(r.record),
+                        "mean_s": float(r.mean_s),
+                        "record": json.dumps(r.record),
+                        "created": now,
+                    }
+                    for r in rows
+                ],
+            )
             conn.execute(runs.update().where(runs.c.run_id == run_id).values(last_write=now))
         return n
 
@@ -172,14 +204,19 @@ class ScheduleLibrary:
         out: dict[str, tuple] = {}
         with self.engine.connect() as conn:
             for chunk in _chunks(keys, 500):
-                wl = conn.execute(sa.select(workloads.c.task_key, workloads.c.workload).where(
-                    workloads.c.fingerprint == fingerprint, workloads.c.task_key.in_(chunk))).all()
+                wl = conn.execute(
+                    sa.select(workloads.c.task_key, workloads.c.workload).where(
+                        workloads.c.fingerprint == fingerprint, workloads.c.task_key.in_(chunk)
+                    )
+                ).all()
                 for key, text in wl:
                     best: dict[str, tuple] = {}
                     for trace, mean_s, rec in conn.execute(
-                            sa.select(records.c.trace_hash, records.c.mean_s, records.c.record)
-                            .where(records.c.fingerprint == fingerprint, records.c.task_key == key)
-                            .order_by(records.c.mean_s, records.c.id).limit(8 * k)):  # repeats are rare
+                        sa.select(records.c.trace_hash, records.c.mean_s, records.c.record)
+                        .where(records.c.fingerprint == fingerprint, records.c.task_key == key)
+                        .order_by(records.c.mean_s, records.c.id)
+                        .limit(8 * k)
+                    ):  # repeats are rare
                         if trace not in best:
                             best[trace] = (mean_s, json.loads(rec))
                             if len(best) >= k:
@@ -188,38 +225,73 @@ class ScheduleLibrary:
                         out[key] = (json.loads(text), list(best.values()))
         return out
 
-    def similar(self, fingerprint: str, pattern: str, flops: float, exclude=(), tasks: int = 3,
-                per_task: int = 2) -> list[tuple]:
+    def similar(
+        self, fingerprint: str, pattern: str, flops: float, exclude=(), tasks: int = 3, per_task: int = 2
+    ) -> list[tuple]:
         """The best records of up to ``tasks`` library tasks with the same operator ``pattern`` (other shapes),
         the closest in FLOPs first: ``[(workload, record), ...]``."""
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(workloads.c.task_key, workloads.c.flops).where(
-                workloads.c.fingerprint == fingerprint, workloads.c.pattern == pattern)).all()
+            rows = conn.execute(
+                sa.select(workloads.c.task_key, workloads.c.flops).where(
+                    workloads.c.fingerprint == fingerprint, workloads.c.pattern == pattern
+                )
+            ).all()
         exclude = set(exclude)
-        nearest = sorted((r for r in rows if r.task_key not in exclude),
-                         key=lambda r: abs(math.log(max(r.flops, 1.0) / max(flops, 1.0))))[:tasks]
+        nearest = sorted(
+            (r for r in rows if r.task_key not in exclude),
+            key=lambda r: abs(math.log(max(r.flops, 1.0) / max(flops, 1.0))),
+        )[:tasks]
         found = self.top_records(fingerprint, [r.task_key for r in nearest], per_task)
-        return [(found[r.task_key][0], rec) for r in nearest if r.task_key in found for _, rec in found[r.task_key][1]]
+        return [
+            (found[r.task_key][0], rec)
+            for r in nearest
+            if r.task_key in found
+            for _, rec in found[r.task_key][1]
+        ]
 
     def summary(self, newest: int = 5) -> dict:
         """What the library holds: per fingerprint its tasks, records and runs, and its newest runs."""
         out = []
         with self.engine.connect() as conn:
-            fps = conn.execute(sa.select(workloads.c.fingerprint).distinct().order_by(workloads.c.fingerprint))
+            fps = conn.execute(
+                sa.select(workloads.c.fingerprint).distinct().order_by(workloads.c.fingerprint)
+            )
             for (fp,) in fps.all():
-                tasks = conn.execute(sa.select(sa.func.count()).select_from(workloads)
-                                     .where(workloads.c.fingerprint == fp)).scalar_one()
-                recs = conn.execute(sa.select(sa.func.count()).select_from(records)
-                                    .where(records.c.fingerprint == fp)).scalar_one()
-                kinds = dict(conn.execute(sa.select(workloads.c.kind, sa.func.count())
-                                          .where(workloads.c.fingerprint == fp).group_by(workloads.c.kind)).all())
-                newest_runs = [{"run_id": r.run_id, "model": r.model, "started": r.started, "last_write": r.last_write}
-                               for r in conn.execute(sa.select(runs).where(runs.c.fingerprint == fp)
-                                                     .order_by(runs.c.last_write.desc()).limit(newest))]
-                n_runs = conn.execute(sa.select(sa.func.count()).select_from(runs)
-                                      .where(runs.c.fingerprint == fp)).scalar_one()
-                out.append({"fingerprint": fp, "tasks": tasks, "records": recs, "runs": n_runs, "kinds": kinds,
-                            "newest_runs": newest_runs})
+                tasks = conn.execute(
+                    sa.select(sa.func.count()).select_from(workloads).where(workloads.c.fingerprint == fp)
+                ).scalar_one()
+                recs = conn.execute(
+                    sa.select(sa.func.count()).select_from(records).where(records.c.fingerprint == fp)
+                ).scalar_one()
+                kinds = dict(
+                    conn.execute(
+                        sa.select(workloads.c.kind, sa.func.count())
+                        .where(workloads.c.fingerprint == fp)
+                        .group_by(workloads.c.kind)
+                    ).all()
+                )
+                newest_runs = [
+                    {"run_id": r.run_id, "model": r.model, "started": r.started, "last_write": r.last_write}
+                    for r in conn.execute(
+                        sa.select(runs)
+                        .where(runs.c.fingerprint == fp)
+                        .order_by(runs.c.last_write.desc())
+                        .limit(newest)
+                    )
+                ]
+                n_runs = conn.execute(
+                    sa.select(sa.func.count()).select_from(runs).where(runs.c.fingerprint == fp)
+                ).scalar_one()
+                out.append(
+                    {
+                        "fingerprint": fp,
+                        "tasks": tasks,
+                        "records": recs,
+                        "runs": n_runs,
+                        "kinds": kinds,
+                        "newest_runs": newest_runs,
+                    }
+                )
         return {"url": self.shown_url, "fingerprints": out}
 
     def fingerprints(self) -> list[str]:
@@ -239,9 +311,11 @@ class ScheduleLibrary:
                 q = q.where(workloads.c.fingerprint == fingerprint)
             for fp, key in conn.execute(q).all():
                 kept, drop, traces = 0, [], set()
-                for rid, trace in conn.execute(sa.select(records.c.id, records.c.trace_hash)
-                                               .where(records.c.fingerprint == fp, records.c.task_key == key)
-                                               .order_by(records.c.mean_s, records.c.id)):
+                for rid, trace in conn.execute(
+                    sa.select(records.c.id, records.c.trace_hash)
+                    .where(records.c.fingerprint == fp, records.c.task_key == key)
+                    .order_by(records.c.mean_s, records.c.id)
+                ):
                     if trace in traces or kept >= keep:
                         drop.append(rid)
                     else:
@@ -254,8 +328,10 @@ class ScheduleLibrary:
     def export(self, fingerprint: str, path: str) -> int:
         """Write every workload and record of ``fingerprint`` to a JSON-lines file; returns the record count."""
         if fingerprint not in self.fingerprints():
-            raise DynatuneError(f"the library holds nothing for fingerprint {fingerprint!r}",
-                                "`dynatune library show` lists the fingerprints it holds")
+            raise DynatuneError(
+                f"the library holds nothing for fingerprint {fingerprint!r}",
+                "`dynatune library show` lists the fingerprints it holds",
+            )
         n = 0
         tmp = path + ".tmp"
         try:
@@ -263,11 +339,14 @@ class ScheduleLibrary:
         except OSError as exc:
             raise DynatuneError(f"cannot write {path}: {exc.strerror}") from None
         with self.engine.connect() as conn, f:
-            f.write(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "fingerprint": fingerprint}) + "\n")
+            f.write(
+                json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "fingerprint": fingerprint}) + "\n"
+            )
             for row in conn.execute(sa.select(workloads).where(workloads.c.fingerprint == fingerprint)):
                 f.write(json.dumps({"workload": {c: getattr(row, c) for c in WORKLOAD_FIELDS}}) + "\n")
-            for row in conn.execute(sa.select(records).where(records.c.fingerprint == fingerprint)
-                                    .order_by(records.c.id)):
+            for row in conn.execute(
+                sa.select(records).where(records.c.fingerprint == fingerprint).order_by(records.c.id)
+            ):
                 f.write(json.dumps({"record": {c: getattr(row, c) for c in RECORD_FIELDS}}) + "\n")
                 n += 1
         os.replace(tmp, path)
@@ -278,9 +357,10 @@ class ScheduleLibrary:
         fingerprint, wl_rows, rec_rows = read_export(path)
         with self.engine.begin() as conn:
             _insert_ignoring_existing(conn, workloads, [{"fingerprint": fingerprint, **w} for w in wl_rows])
-            n = _insert_ignoring_existing(conn, records, [{"fingerprint": fingerprint, **r} for r in rec_rows])
-        return {"fingerprint": fingerprint, "tasks": len(wl_rows), "records": n,
-                "skipped": len(rec_rows) - n}
+            n = _insert_ignoring_existing(
+                conn, records, [{"fingerprint": fingerprint, **r} for r in rec_rows]
+            )
+        return {"fingerprint": fingerprint, "tasks": len(wl_rows), "records": n, "skipped": len(rec_rows) - n}
 
 
 WORKLOAD_FIELDS = ("task_key", "kind", "pattern", "flops", "workload")
@@ -298,21 +378,34 @@ def read_export(path: str) -> tuple[str, list, list]:
         raise DynatuneError(f"{path} is not a dynatune library export (not JSON lines)") from None
     head = lines[0] if lines else {}
     if not isinstance(head, dict) or head.get("format") != FORMAT:
-        raise DynatuneError(f"{path} is not a dynatune library export", "make one with `dynatune library export`")
+        raise DynatuneError(
+            f"{path} is not a dynatune library export", "make one with `dynatune library export`"
+        )
     if head.get("version") != FORMAT_VERSION:
-        raise DynatuneError(f"{path} is library format version {head.get('version')}; this dynatune reads "
-                            f"{FORMAT_VERSION}")
+        raise DynatuneError(
+            f"{path} is library format version {head.get('version')}; this dynatune reads {FORMAT_VERSION}"
+        )
     try:
-        wl_rows = [{c: line["workload"][c] for c in WORKLOAD_FIELDS} for line in lines[1:] if "workload" in line]
+        wl_rows = [
+            {c: line["workload"][c] for c in WORKLOAD_FIELDS} for line in lines[1:] if "workload" in line
+        ]
         for w in wl_rows:
             w["flops"] = float(w["flops"])
             w["task_key"], w["kind"], w["pattern"], w["workload"] = (
-                str(w["task_key"]), str(w["kind"]), str(w["pattern"]), str(w["workload"]))
+                str(w["task_key"]),
+                str(w["kind"]),
+                str(w["pattern"]),
+                str(w["workload"]),
+            )
         rec_rows = [{c: line["record"][c] for c in RECORD_FIELDS} for line in lines[1:] if "record" in line]
         for r in rec_rows:
             r["mean_s"], r["created"] = float(r["mean_s"]), float(r["created"])
             r["task_key"], r["run_id"], r["trace_hash"], r["record"] = (
-                str(r["task_key"]), str(r["run_id"]), str(r["trace_hash"]), str(r["record"]))
+                str(r["task_key"]),
+                str(r["run_id"]),
+                str(r["trace_hash"]),
+                str(r["record"]),
+            )
         fingerprint = str(head["fingerprint"])
     except (KeyError, TypeError, ValueError):
         raise DynatuneError(f"{path} is a damaged library export (a line lacks its fields)") from None
@@ -323,8 +416,10 @@ def _engine(url: str):
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
-        raise DynatuneError(f"library.url is not a database URL: {secrets.mask(url)}",
-                            "e.g. sqlite:////path/library.db or postgresql+psycopg://user@host/db") from None
+        raise DynatuneError(
+            f"library.url is not a database URL: {secrets.mask(url)}",
+            "e.g. sqlite:////path/library.db or postgresql+psycopg://user@host/db",
+        ) from None
     if parsed.get_backend_name() != "sqlite":
         return sa.create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
@@ -360,13 +455,15 @@ def _insert_ignoring_existing(conn, table, rows: list[dict]) -> int:
     first_key = table.primary_key.columns.values()[0]
     n = 0
     for chunk in _chunks(rows, 200):  # RETURNING counts the rows inserted (psycopg's rowcount here is -1)
-        n += len(conn.execute(insert(table).values(chunk).on_conflict_do_nothing().returning(first_key)).all())
+        n += len(
+            conn.execute(insert(table).values(chunk).on_conflict_do_nothing().returning(first_key)).all()
+        )
     return n
 
 
 def _chunks(items: list, size: int):
     for i in range(0, len(items), size):
-        yield items[i:i + size]
+        yield items[i : i + size]
 
 
 def db_error(exc) -> str:

@@ -4,7 +4,7 @@ has (the same fused operators at other shapes), as in transfer-tuning (Gibson & 
 Each source trace is re-applied to the new task's workload with its tile sizes refitted to the new loop
 extents (:func:`refit_tiles`); a trace that does not apply, or that MetaSchedule's postprocessors reject, is
 dropped. The ones that survive are measured as the first part of the task's next batch, and the search's own
-candidates fill the rest (:attr:`dynatune.session.TuningSession.first_candidates`).
+candidates fill the rest (:attr:`dynatune.search.session.TuningSession.first_candidates`).
 """
 
 from __future__ import annotations
@@ -37,22 +37,24 @@ def refit_tiles(old: list[int], extent: int, max_innermost: int = -1) -> list[in
 
 def _refitting(sch):
     """A decision provider for ``Trace.apply_to_schedule``: tile decisions refitted to the loops they split."""
+
     def provide(inst, inputs, attrs, decision):
         if inst.kind.name != "SamplePerfectTile" or decision is None:
             return decision
         extent = int(sch.get(inputs[0]).extent)
         return refit_tiles([int(x) for x in decision], extent, int(attrs[1]))
+
     return provide
 
 
 def transferred_candidates(mod, sources, postprocs, limit: int, seed: int = 1) -> list:
     """Up to ``limit`` distinct MeasureCandidates for ``mod`` (an IRModule with ``main``) re-applied from
     ``sources`` (``[(workload json, record json), ...]``, best first)."""
-    from tvm_ffi import structural_hash
     from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+    from tvm_ffi import structural_hash
 
     out, seen = [], set()
     for k, (wl_json, rec_json) in enumerate(sources):
@@ -65,7 +67,9 @@ def transferred_candidates(mod, sources, postprocs, limit: int, seed: int = 1) -
             sch.enter_postproc()
             if not all(p.apply(sch) for p in postprocs):
                 continue
-        except Exception:  # does not fit this workload (another loop nest, a block it lacks): not transferable
+        except (
+            Exception
+        ):  # does not fit this workload (another loop nest, a block it lacks): not transferable
             continue
         h = structural_hash(sch.mod)
         if h not in seen:

@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-from ..errors import DynatuneError
-from .base import Belief, RoundContext, Scheduler, TaskView
-from .dynatune import DynaTuneScheduler
-from .gradient import GradientScheduler
-from .greedy import GreedyScheduler
-from .random import RandomScheduler
-from .round_robin import RoundRobinScheduler
+from dynatune.errors import DynatuneError
+from dynatune.schedulers.base import Belief, RoundContext, Scheduler, TaskView
+from dynatune.schedulers.dynatune import DynaTuneScheduler
+from dynatune.schedulers.gradient import GradientScheduler
+from dynatune.schedulers.greedy import GreedyScheduler
+from dynatune.schedulers.random import RandomScheduler
+from dynatune.schedulers.round_robin import RoundRobinScheduler
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
     "dynatune": DynaTuneScheduler,
@@ -30,6 +30,16 @@ def make_scheduler(name: str, seed: int = 0, **params) -> Scheduler:
     return cls(seed=seed, **params)
 
 
-__all__ = ["SCHEDULERS", "make_scheduler", "Scheduler", "TaskView", "RoundContext", "Belief",
-           "DynaTuneScheduler", "GradientScheduler", "GreedyScheduler", "RandomScheduler",
-           "RoundRobinScheduler"]
+__all__ = [
+    "SCHEDULERS",
+    "make_scheduler",
+    "Scheduler",
+    "TaskView",
+    "RoundContext",
+    "Belief",
+    "DynaTuneScheduler",
+    "GradientScheduler",
+    "GreedyScheduler",
+    "RandomScheduler",
+    "RoundRobinScheduler",
+]

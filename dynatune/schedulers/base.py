@@ -34,7 +34,9 @@ class TaskView:
     default_s: float  # untuned latency (seconds), measured once
     history: list = field(default_factory=list)  # [(cum tuning seconds, cum trials, best_s)] per slot
     exhausted: bool = False  # search space exhausted, or the task cannot build/run
-    bound_s: float = 0.0  # roofline bound of its latency on this machine (0: unknown, :mod:`dynatune.roofline`)
+    bound_s: float = (
+        0.0  # roofline bound of its latency on this machine (0: unknown, :mod:`dynatune.machine.roofline`)
+    )
 
     @property
     def best_s(self) -> float:
@@ -109,8 +111,10 @@ class Scheduler(ABC):
 
     def beliefs(self, ctx: RoundContext) -> list[Belief]:
         """The per-task table behind the last choice (schedulers without beliefs give a plain one)."""
-        return [Belief(t.index, t.name, t.weight, t.best_s, 0.0, 0.0, 0.0, t.visits, t.exhausted)
-                for t in ctx.tasks]
+        return [
+            Belief(t.index, t.name, t.weight, t.best_s, 0.0, 0.0, 0.0, t.visits, t.exhausted)
+            for t in ctx.tasks
+        ]
 
     def state_dict(self) -> dict:
         return {}

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-
-from ..errors import DynatuneError
-from .base import Scheduler, running_best
+from dynatune.errors import DynatuneError
+from dynatune.schedulers.base import Scheduler, running_best
 
 
 class ParamScheduler(Scheduler):
@@ -16,8 +15,10 @@ class ParamScheduler(Scheduler):
         unknown = sorted(set(params) - set(self.defaults))
         if unknown:
             known = ", ".join(sorted(self.defaults)) or "none"
-            raise DynatuneError(f"unknown parameter(s) {', '.join(unknown)} for scheduler {self.name!r}",
-                                f"its parameters are: {known}")
+            raise DynatuneError(
+                f"unknown parameter(s) {', '.join(unknown)} for scheduler {self.name!r}",
+                f"its parameters are: {known}",
+            )
         super().__init__(seed, **{**self.defaults, **params})
         for k, v in self.params.items():
             setattr(self, k, v)

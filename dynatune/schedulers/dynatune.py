@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import math
 
-from ..beliefs import make_beliefs
-from ..errors import DynatuneError
-from .base import Belief, RoundContext
-from .common import ParamScheduler
+from dynatune.beliefs import make_beliefs
+from dynatune.errors import DynatuneError
+from dynatune.schedulers.base import Belief, RoundContext
+from dynatune.schedulers.common import ParamScheduler
 
 
 def _weighted(b: Belief) -> float:
@@ -61,11 +61,17 @@ class DynaTuneScheduler(ParamScheduler):
     def __init__(self, seed: int = 0, **params):
         super().__init__(seed, **params)
         if self.fallback not in ("share", "uncertain"):
-            raise DynatuneError(f"unknown fallback {self.fallback!r} for scheduler 'dynatune'",
-                                "use 'share' or 'uncertain'")
-        self.model = make_beliefs(self.belief_model, min_points=self.min_points, prior_gain=self.prior_gain,
-                                  prior_gain_tuned=self.prior_gain_tuned, prior_strength=self.prior_strength,
-                                  stall_strength=self.stall_strength)
+            raise DynatuneError(
+                f"unknown fallback {self.fallback!r} for scheduler 'dynatune'", "use 'share' or 'uncertain'"
+            )
+        self.model = make_beliefs(
+            self.belief_model,
+            min_points=self.min_points,
+            prior_gain=self.prior_gain,
+            prior_gain_tuned=self.prior_gain_tuned,
+            prior_strength=self.prior_strength,
+            stall_strength=self.stall_strength,
+        )
         self.decisions = 0
         self._table: list[Belief] = []
         self._table_key = None
@@ -83,8 +89,9 @@ class DynaTuneScheduler(ParamScheduler):
         for t, best in zip(ctx.tasks, bests):
             wl = t.weight * best
             if t.exhausted:
-                table.append(Belief(t.index, t.name, t.weight, best, 0.0, 0.0, -math.inf, t.visits, True,
-                                    "exhausted"))
+                table.append(
+                    Belief(t.index, t.name, t.weight, best, 0.0, 0.0, -math.inf, t.visits, True, "exhausted")
+                )
                 continue
             mean, std, note = self.model.predict(t, ctx.slot_s, best)
             if not math.isfinite(best):  # no latency measured: warmed up last, then only as a fallback
@@ -94,8 +101,20 @@ class DynaTuneScheduler(ParamScheduler):
             retired = optimistic < self.negligible * objective
             bonus = self.c_visit * wl * math.sqrt(log_n / max(t.visits, 1))
             score = optimistic + bonus
-            table.append(Belief(t.index, t.name, t.weight, best, mean, std, score, t.visits, retired,
-                                "negligible" if retired else note))
+            table.append(
+                Belief(
+                    t.index,
+                    t.name,
+                    t.weight,
+                    best,
+                    mean,
+                    std,
+                    score,
+                    t.visits,
+                    retired,
+                    "negligible" if retired else note,
+                )
+            )
         self._table, self._table_key = table, key
         return table
 

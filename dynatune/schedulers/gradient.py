@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from .base import Belief, RoundContext
-from .common import ParamScheduler, best_history
+from dynatune.schedulers.base import Belief, RoundContext
+from dynatune.schedulers.common import ParamScheduler, best_history
 
 
 def gradient_score(task, alpha: float, window: int) -> float:
@@ -68,9 +68,21 @@ class GradientScheduler(ParamScheduler):
         self.rounds_done = i + 1 if i is not None else max(self.rounds_done, len(ctx.tasks)) + 1
 
     def beliefs(self, ctx: RoundContext) -> list[Belief]:
-        return [Belief(t.index, t.name, t.weight, t.best_s, 0.0, 0.0,
-                       gradient_score(t, self.alpha, self.window), t.visits, t.exhausted, "gradient")
-                for t in ctx.tasks]
+        return [
+            Belief(
+                t.index,
+                t.name,
+                t.weight,
+                t.best_s,
+                0.0,
+                0.0,
+                gradient_score(t, self.alpha, self.window),
+                t.visits,
+                t.exhausted,
+                "gradient",
+            )
+            for t in ctx.tasks
+        ]
 
     def state_dict(self) -> dict:
         return {"rounds_done": self.rounds_done}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from .base import Belief, RoundContext
-from .common import ParamScheduler, best_history
+from dynatune.schedulers.base import Belief, RoundContext
+from dynatune.schedulers.common import ParamScheduler, best_history
 
 
 def last_gain(task) -> float:
@@ -38,6 +38,18 @@ class GreedyScheduler(ParamScheduler):
         return max(alive, key=lambda t: (last_gain(t), -t.visits, -t.index)).index
 
     def beliefs(self, ctx: RoundContext) -> list[Belief]:
-        return [Belief(t.index, t.name, t.weight, t.best_s, last_gain(t), 0.0,
-                       float("inf") if t.visits == 0 else last_gain(t), t.visits, t.exhausted, "last gain")
-                for t in ctx.tasks]
+        return [
+            Belief(
+                t.index,
+                t.name,
+                t.weight,
+                t.best_s,
+                last_gain(t),
+                0.0,
+                float("inf") if t.visits == 0 else last_gain(t),
+                t.visits,
+                t.exhausted,
+                "last gain",
+            )
+            for t in ctx.tasks
+        ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import RoundContext
-from .common import ParamScheduler
+from dynatune.schedulers.base import RoundContext
+from dynatune.schedulers.common import ParamScheduler
 
 
 class RandomScheduler(ParamScheduler):

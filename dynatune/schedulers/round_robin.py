@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .base import RoundContext
-from .common import ParamScheduler
+from dynatune.schedulers.base import RoundContext
+from dynatune.schedulers.common import ParamScheduler
 
 
 class RoundRobinScheduler(ParamScheduler):

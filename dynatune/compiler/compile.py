@@ -1,0 +1,213 @@
+"""Compile the whole model with the best schedules found, export it, time it, and check it.
+
+The compiled model is a shared library that plain TVM loads (``tvm.runtime.load_module`` +
+``relax.VirtualMachine``): no dynatune needed to run it. Its outputs are compared with ONNX Runtime on
+the same random input: max absolute error and relative error max|tvm - ort| / max|ort| (float32 outputs
+fail above ``rel_tol``, 1e-4 by default). Every report also carries the untuned TVM latency and ONNX
+Runtime's latency with the same thread count, so a run always says where it stands. The compiled model and
+ONNX Runtime are timed side by side (:mod:`dynatune.compiler.timing`: alternating blocks in this process), so their
+ratio holds even when the machine's speed drifts.
+
+
+Prepacked weights (CPU targets, ``compile.prepack``, on by default): a tuned conv2d/dense/matmul may read
+its weight in a layout of its own choosing (MetaSchedule's ``RewriteLayout``). The compiler splits each
+such kernel into a packing function and a ``*_prepacked`` kernel (``SplitLayoutRewritePreproc``), and,
+as the model's weights are bound constants, folds the packing away (``FoldConstant``): the artifact
+holds the packed weights, packs nothing per inference, and ``vm["main"](*inputs)`` is called exactly as
+without prepacking (no ``transform_params`` call).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from dynatune.compiler.fresh_timing import time_in_fresh_process
+from dynatune.compiler.runtime import load, onnxruntime_outputs, relax_vm, run, time_vm
+from dynatune.errors import DynatuneError
+from dynatune.model.extract import Lowering, backend_passes, fuse_passes
+
+
+@dataclass
+class VerifyResult:
+    max_abs_err: float
+    max_rel_err: float
+    ok: bool
+    outputs: int
+
+
+@dataclass
+class CompileReport:
+    artifact: str
+    latency_ms: float
+    latency_std_ms: float
+    untuned_latency_ms: float | None
+    onnxruntime_latency_ms: float | None
+    max_abs_err: float
+    max_rel_err: float
+    numerics_ok: bool
+    threads: int
+    compile_s: float
+    # side by side with ONNX Runtime (None when it was not measured): median of the per-round ratios
+    # TVM latency / ONNX Runtime latency (< 1: TVM is faster), and the min and max of those ratios
+    ratio_vs_onnxruntime: float | None = None
+    ratio_vs_onnxruntime_min: float | None = None
+    ratio_vs_onnxruntime_max: float | None = None
+    side_by_side_rounds: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def build(model, target, database=None, lowering: Lowering = Lowering()):
+    """Relax executable for ``model``: tuned functions from ``database``, the rest default-scheduled.
+
+    ``lowering`` must be what the tasks were extracted with (:func:`dynatune.model.extract.extract_tasks`).
+    """
+    import tvm
+    from tvm import relax
+    from tvm.relax import pipeline as rp
+    from tvm.relax.transform import MetaScheduleApplyDatabase
+
+    is_gpu = rp.BackendDispatcher.is_gpu_target(target)
+    prepack = lowering.prepacks(target)
+
+    @tvm.transform.module_pass(opt_level=3)
+    def pipeline(mod, _ctx):
+        mod = tvm.transform.Sequential(fuse_passes(target, lowering))(mod)
+        if database is not None:
+            mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        if prepack:
+            mod = tvm.transform.Sequential(weight_prepack_passes())(mod)
+        if is_gpu:
+            mod = gpu_default_schedule()(mod)
+        return tvm.transform.Sequential(
+            backend_passes(target, "dataflow_lower_passes") + backend_passes(target, "finalize_passes")
+        )(mod)
+
+    import contextlib
+
+    mod = model.bound_module()
+    with (
+        target,
+        database if database is not None else contextlib.nullcontext(),
+        tvm.transform.PassContext(opt_level=3),
+    ):
+        return relax.build(mod, target=target, relax_pipeline=pipeline)
+
+
+def weight_prepack_passes() -> list:
+    """After the tuned schedules are applied: move each kernel's weight-layout rewrite into a function of
+    its own (``<kernel>_weight_prepack``, leaving ``<kernel>_prepacked``) and run it at compile time.
+
+    ``relax.get_pipeline("static_shape_tuning", cpu_weight_prepack=True)`` also runs
+    ``LiftTransformParams``, which lifts the packing of weights passed as *parameters* into a
+    ``main_transform_params`` the user must call. dynatune binds the weights as constants, so there is
+    nothing to lift (the pass would only add an empty ``main_transform_params``): ``FoldConstant``
+    evaluates the packing calls instead, and the artifact stores the packed weights.
+    """
+    from tvm import relax
+
+    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
+
+
+def gpu_default_schedule():
+    """DLight's rules: how functions without a tuned record are scheduled on a GPU (also the default
+    latency the session measures for GPU tasks)."""
+    from tvm.s_tir import dlight as dl
+
+    return dl.ApplyDefaultSchedule(
+        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
+    )
+
+
+def export(executable, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp.so"
+    executable.export_library(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def compare(outputs, reference, rel_tol: float = 1e-4) -> VerifyResult:
+    if len(outputs) != len(reference):
+        raise DynatuneError(f"compiled model has {len(outputs)} outputs, ONNX Runtime {len(reference)}")
+    max_abs, max_rel, ok = 0.0, 0.0, True
+    for o, r in zip(outputs, reference):
+        r = np.asarray(r)
+        o = np.asarray(o).reshape(r.shape)
+        if r.dtype.kind in "fc":
+            diff = float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))) if r.size else 0.0
+            scale = float(np.max(np.abs(r))) if r.size else 0.0
+            rel = diff / scale if scale > 0 else diff
+            max_abs, max_rel = max(max_abs, diff), max(max_rel, rel)
+            if r.dtype == np.float32 and rel > rel_tol:
+                ok = False
+        elif not np.array_equal(o, r):
+            ok = False
+            max_rel = max(max_rel, 1.0)
+    return VerifyResult(max_abs, max_rel, ok, len(reference))
+
+
+def compile_and_verify(
+    model,
+    target,
+    database,
+    artifact_path: str,
+    *,
+    threads: int,
+    rel_tol: float = 1e-4,
+    measure_untuned: bool = True,
+    measure_onnxruntime: bool = True,
+    seed: int = 0,
+    repeat: int = 10,
+    lowering: Lowering = Lowering(),
+) -> CompileReport:
+    import tvm
+
+    from dynatune.machine.target import target_device
+
+    t0 = time.perf_counter()
+    ex = build(model, target, database, lowering)
+    export(ex, artifact_path)
+    compile_s = time.perf_counter() - t0
+    dev = tvm.device(target_device(target), 0)
+    vm = load(artifact_path, dev)
+    inputs = model.random_inputs(seed)
+    outs = run(vm, model, inputs, dev)
+    _, ref = onnxruntime_outputs(model, inputs, threads)
+    check = compare(outs, ref, rel_tol)
+    side = {}
+    if measure_onnxruntime:  # latency_ms: the median of the TVM rounds, timed in a fresh process
+        sbs = time_in_fresh_process(
+            artifact_path, model, device=target_device(target), threads=threads, rounds=repeat, seed=seed
+        )
+        lat, std, ort_ms = sbs.tvm_median_ms, float(np.std(sbs.tvm_ms)), sbs.ort_median_ms
+        side = dict(
+            ratio_vs_onnxruntime=sbs.ratio_median,
+            ratio_vs_onnxruntime_min=sbs.ratio_min,
+            ratio_vs_onnxruntime_max=sbs.ratio_max,
+            side_by_side_rounds=len(sbs.tvm_ms),
+        )
+    else:
+        (lat, std), ort_ms = time_vm(vm, model, inputs, dev, repeat=repeat), None
+    untuned = None
+    if measure_untuned:
+        vm0 = relax_vm(build(model, target, None, lowering), dev)
+        untuned = time_vm(vm0, model, inputs, dev, repeat=max(3, repeat // 3))[0]
+    return CompileReport(
+        artifact=os.path.abspath(artifact_path),
+        latency_ms=lat,
+        latency_std_ms=std,
+        untuned_latency_ms=untuned,
+        onnxruntime_latency_ms=ort_ms,
+        max_abs_err=check.max_abs_err,
+        max_rel_err=check.max_rel_err,
+        numerics_ok=check.ok,
+        threads=threads,
+        compile_s=compile_s,
+        **side,
+    )

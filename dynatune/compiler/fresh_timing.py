@@ -1,0 +1,96 @@
+"""The compiled model against ONNX Runtime, timed side by side in a fresh process.
+
+The tuning process is a poor place to time a model against ONNX Runtime. It holds other threads
+(Prefect's and MLflow's workers, the cost model's), and ONNX Runtime's side of the comparison is a Python
+loop of ``sess.run`` calls that needs the GIL after every call: on a 0.2 ms model, periodic in-process
+timings put ONNX Runtime at 0.28-0.47 ms where a fresh process put it at 0.19 ms, and reported a parity
+that was not there. TVM's side runs in C++ and does not see it.
+
+:func:`time_in_fresh_process` therefore runs :func:`dynatune.compiler.timing.time_side_by_side` in a child
+process (``python -m dynatune.compiler.fresh_timing``) on an exported artifact and the model's ONNX file (at the
+shapes the model was tuned for), with the same threads and the same inputs (``random_inputs(seed)``) as
+the tuning process; the child gets its spec as JSON on stdin and prints the result as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from dynatune.compiler.timing import SideBySide
+from dynatune.errors import DynatuneError
+
+TIMEOUT_S = 600.0
+
+
+def time_in_fresh_process(
+    artifact: str,
+    model,
+    *,
+    device: str = "cpu",
+    threads: int | None = None,
+    rounds: int = 7,
+    seed: int = 0,
+    block_ms: float = 200.0,
+) -> SideBySide:
+    """Time ``artifact`` (an exported model) against ONNX Runtime on ``model``'s ONNX file in a child
+    process; ``model`` is a :class:`dynatune.model.importer.Model` (its path and input shapes are used)."""
+    from dynatune.machine.target import usable_cores
+
+    spec = {
+        "artifact": os.path.abspath(artifact),
+        "onnx": model.path,
+        "device": device,
+        "inputs": [[i.name, list(i.shape), i.dtype] for i in model.inputs],
+        "threads": threads or usable_cores(),
+        "rounds": rounds,
+        "seed": seed,
+        "block_ms": block_ms,
+    }
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above dynatune/
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "dynatune.compiler.fresh_timing"],
+            input=json.dumps(spec),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise DynatuneError(f"timing {os.path.basename(artifact)} took over {TIMEOUT_S:.0f} s") from None
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DynatuneError(f"timing {os.path.basename(artifact)} against ONNX Runtime failed: {tail}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return SideBySide(result["tvm_ms"], result["ort_ms"])
+
+
+def _time(spec: dict) -> SideBySide:
+    import tvm
+
+    from dynatune.compiler.runtime import load, onnxruntime_session
+    from dynatune.compiler.timing import time_side_by_side
+    from dynatune.model.importer import ModelInput, random_inputs, runtime_proto
+
+    inputs = [ModelInput(name, tuple(shape), dtype) for name, shape, dtype in spec["inputs"]]
+    dev = tvm.device(spec["device"], 0)
+    vm = load(spec["artifact"], dev)
+    sess = onnxruntime_session(runtime_proto(spec["onnx"], inputs), spec["threads"])
+    return time_side_by_side(
+        vm, sess, random_inputs(inputs, spec["seed"]), dev, rounds=spec["rounds"], block_ms=spec["block_ms"]
+    )
+
+
+def main() -> int:
+    print(json.dumps(_time(json.loads(sys.stdin.read())).as_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

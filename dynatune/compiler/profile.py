@@ -1,0 +1,328 @@
+"""Where the compiled model's time goes: every VM call timed inside the model, beside its task alone.
+
+TVM 0.27's Relax VM has no profiler (``VirtualMachine(..., profile=True)`` and ``vm.profile`` are gone);
+it has ``set_instrument``: a function called before and after every VM ``call`` instruction with the
+callee's symbol. The symbols of the model's kernels are the names of the fused PrimFuncs, the same names
+:func:`dynatune.model.extract.extract_tasks` gives the tasks (both come from :func:`dynatune.model.extract.fuse`; FuseTIR
+merges identical functions, so a task with weight w is one symbol called w times). Other calls are
+``vm.builtin.*`` (allocation, reshape views, shape checks) or kernels no task stands for.
+
+Kernels (calls that return nothing: destination-passing PrimFuncs, not ``vm.builtin.*``) are timed
+by the instrument itself: it calls the kernel with the VM's arguments and tells the VM to skip the call
+(``SKIP_RUN``), so the timing holds only the kernel and one FFI call from Python (~0.5 us). Other calls
+are timed from the end of the ``before`` callback to the start of the ``after`` one, minus the window of
+``vm.builtin.null_value`` (which does nothing); that still counts the conversion of their arguments to
+Python objects, so their time is an upper bound. The model is also timed without the instrument, and
+each task's best schedule is re-timed alone, in the same rounds (so all three see the same machine).
+The model and the tasks alone are timed as the compile report and tuning time them: the mean over a
+block of runs, and here the median over rounds. A call's time in the model is the median over runs of
+its total per run: robust to the interruptions a shared machine brings (a mean would charge a whole
+time slice to whichever call was running); those interruptions land in the time between calls.
+
+The model time splits exactly into: kernels of tasks + calls no task stands for + time between calls
+(the remainder); and its gap to the estimate (sum of weight x alone latency) into: kernels slower or
+faster in the model than alone (cold caches, weight layout), tasks the model never calls, calls no task
+stands for, and time between calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from dynatune.compiler.residual import TaskTimers, kernels_alone_ms
+from dynatune.compiler.timing import vm_block_timer
+
+NOOP_CALL = "vm.builtin.null_value"
+
+
+@dataclass
+class KernelRow:
+    """One VM callee: per model run, its calls and time inside the model; its task's latency alone."""
+
+    name: str
+    task: int | None
+    calls: int
+    in_model_ms: float
+    weight: int | None = None
+    alone_ms: float | None = None  # one call of the task's best schedule, alone
+    flops: float | None = None  # per call
+
+    @property
+    def alone_total_ms(self) -> float | None:
+        return None if self.alone_ms is None else self.alone_ms * self.weight
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["alone_total_ms"] = self.alone_total_ms
+        d["gflops_in_model"] = _gflops(self.flops, self.in_model_ms / max(self.calls, 1))
+        d["gflops_alone"] = _gflops(self.flops, self.alone_ms)
+        return d
+
+
+class CallRecorder:
+    """VM instrument: appends (symbol, seconds) for every call instruction of the runs it watches.
+
+    Symbols in ``kernels`` are called (and timed) here and skipped by the VM; the others are timed
+    between the two callbacks. Symbols seen returning nothing (outside ``vm.builtin.*``) are collected
+    in ``void_calls``: the kernels, for the next runs."""
+
+    def __init__(self, device):
+        from tvm.runtime.vm import VMInstrumentReturnKind
+
+        self._no_op, self._skip = int(VMInstrumentReturnKind.NO_OP), int(VMInstrumentReturnKind.SKIP_RUN)
+        self.calls: list[tuple[str, float]] = []
+        self.kernels: set[str] = set()
+        self.void_calls: set[str] = set()
+        self._starts: list[float] = []
+        self._sync = device.sync if device.dlpack_device_type() != 1 else lambda: None  # 1: kDLCPU
+
+    def __call__(self, func, symbol, before, ret, *args):
+        self._sync()
+        if before and symbol in self.kernels:
+            t0 = time.perf_counter()
+            func(*args)
+            self._sync()
+            self.calls.append((symbol, time.perf_counter() - t0))
+            return self._skip
+        if before:
+            self._starts.append(time.perf_counter())
+        else:
+            self.calls.append((symbol, time.perf_counter() - self._starts.pop()))
+            if ret is None and not symbol.startswith("vm.builtin."):
+                self.void_calls.add(symbol)
+        return self._no_op
+
+
+def make_vm(executable_or_path, device):
+    """A Relax VM of an exported library (path) or of an executable in memory."""
+    import tvm
+    from tvm import relax
+
+    mod = (
+        tvm.runtime.load_module(executable_or_path)
+        if isinstance(executable_or_path, str)
+        else executable_or_path
+    )
+    return relax.VirtualMachine(mod, device)
+
+
+def profile_calls(
+    vm, model, inputs, device, block_ms: float, min_runs: int = 3
+) -> tuple[list[dict], set[str]]:
+    """Run the model under the instrument for about ``block_ms``; per run, {symbol: [calls, seconds]},
+    and the symbols timed as kernels."""
+    import tvm
+
+    rec = CallRecorder(device)
+    vm.set_instrument(rec)
+    vm.set_input("main", *[tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs])
+    vm.invoke_stateful("main")  # warm-up, which also finds the kernels
+    rec.kernels = set(rec.void_calls)
+    runs, t0 = [], time.perf_counter()
+    while len(runs) < min_runs or (time.perf_counter() - t0) * 1e3 < block_ms:
+        rec.calls.clear()
+        vm.invoke_stateful("main")
+        per = defaultdict(lambda: [0, 0.0])
+        for sym, secs in rec.calls:
+            per[sym][0] += 1
+            per[sym][1] += secs
+        runs.append(dict(per))
+    return runs, rec.kernels
+
+
+def instrument_overhead_s(runs: list[dict]) -> float:
+    """The instrument's cost per call: the median window of a call that does nothing (0 if none)."""
+    per_call = [r[NOOP_CALL][1] / r[NOOP_CALL][0] for r in runs if NOOP_CALL in r]
+    return float(np.median(per_call)) if per_call else 0.0
+
+
+def profile_model(
+    executable_or_path,
+    model,
+    session,
+    *,
+    rounds: int = 3,
+    block_ms: float = 200.0,
+    task_block_ms: float = 20.0,
+    seed: int = 0,
+) -> dict:
+    """The profile as a dict (see :func:`write_profile`)."""
+    import tvm
+
+    from dynatune.machine.target import target_device
+
+    dev = tvm.device(target_device(session.target), 0)
+    inputs = model.random_inputs(seed)
+    plain, instrumented = make_vm(executable_or_path, dev), make_vm(executable_or_path, dev)
+    model_block = vm_block_timer(plain, inputs, dev, block_ms)
+    timers = TaskTimers(session.target, dev, task_block_ms).timers(session.tasks, session.compile_database())
+    model_ms, runs, alone = [], [], defaultdict(list)
+    for _ in range(rounds):  # the model, its calls and the tasks alone, all in each round
+        model_ms.append(model_block())
+        new_runs, kernels = profile_calls(instrumented, model, inputs, dev, block_ms)
+        runs += new_runs
+        for i, f in timers.items():
+            alone[i].append(f())
+    return summarize(model_ms, runs, kernels, {i: float(np.median(v)) for i, v in alone.items()}, session)
+
+
+PREPACKED = "_prepacked"  # the suffix SplitLayoutRewritePreproc gives a kernel that reads packed weights
+
+
+def summarize(
+    model_ms: list[float], runs: list[dict], kernels: set[str], alone_ms: dict[int, float], session
+) -> dict:
+    """Split the model time into kernels, calls no task stands for and time between calls; and its gap
+    to the estimate (sum of weight x alone latency) into what causes it."""
+    overhead = instrument_overhead_s(runs)
+    by_name = {t.name: t for t in session.tasks}
+    rows = []
+    for sym in sorted({s for r in runs for s in r}):
+        calls = int(np.median([r.get(sym, [0, 0.0])[0] for r in runs]))
+        cost = 0.0 if sym in kernels else overhead
+        secs = float(np.median([max(0.0, r[sym][1] - r[sym][0] * cost) if sym in r else 0.0 for r in runs]))
+        t = by_name.get(sym) or by_name.get(sym.removesuffix(PREPACKED))  # a tuned kernel on packed weights
+        rows.append(
+            KernelRow(
+                sym,
+                t.index if t else None,
+                calls,
+                secs * 1e3,
+                t.weight if t else None,
+                alone_ms.get(t.index) if t else None,
+                t.flops if t else None,
+            )
+        )
+    rows.sort(key=lambda r: -r.in_model_ms)
+    model = float(np.median(model_ms))
+    called = {r.task for r in rows if r.task is not None}
+    absent = [t for t in session.tasks if t.index not in called]
+    matched = [r for r in rows if r.task is not None]
+    kernel_ms = sum(r.in_model_ms for r in matched)
+    unmatched_ms = sum(r.in_model_ms for r in rows if r.task is None)
+    estimate = kernels_alone_ms(session.tasks, alone_ms)
+    gap = {
+        "in_model_vs_alone_ms": sum(r.in_model_ms - r.alone_total_ms for r in matched),
+        "tasks_not_called_ms": -kernels_alone_ms(absent, alone_ms),
+        "calls_without_task_ms": unmatched_ms,
+        "between_calls_ms": model - kernel_ms - unmatched_ms,
+    }
+    return {
+        "model_ms": model,
+        "model_ms_rounds": model_ms,
+        "runs": len(runs),
+        "instrument_overhead_us": overhead * 1e6,
+        "kernels_timed_by_call": sorted(kernels),
+        "kernel_ms": kernel_ms,
+        "calls_without_task_ms": unmatched_ms,
+        "between_calls_ms": gap["between_calls_ms"],
+        "estimate_ms": estimate,
+        "estimate_over_model": estimate / model if model > 0 else None,
+        "session_estimate_ms": session.estimated_latency() * 1e3,
+        "gap_ms": model - estimate,
+        "gap": gap,  # the parts of gap sum to model_ms - estimate_ms
+        "kernels": [r.as_dict() for r in rows],
+        "tasks_not_called": [
+            {"task": t.index, "name": t.name, "weight": t.weight, "alone_ms": alone_ms[t.index]}
+            for t in absent
+        ],
+    }
+
+
+def write_profile(
+    executable_or_path,
+    model,
+    session,
+    out_dir: str,
+    *,
+    rounds: int = 3,
+    block_ms: float = 200.0,
+    task_block_ms: float = 20.0,
+    top: int = 25,
+) -> dict:
+    """Profile the compiled model (an exported library's path, or the executable) and write
+    ``profile.json`` and ``profile.md`` into ``out_dir``; returns the profile."""
+    prof = profile_model(
+        executable_or_path, model, session, rounds=rounds, block_ms=block_ms, task_block_ms=task_block_ms
+    )
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "profile.json"), "w") as f:
+        json.dump(prof, f, indent=1)
+    with open(os.path.join(out_dir, "profile.md"), "w") as f:
+        f.write(markdown(prof, top))
+    return prof
+
+
+def markdown(prof: dict, top: int = 25) -> str:
+    model = prof["model_ms"]
+    g = prof["gap"]
+    lines = [
+        "# Where the time goes",
+        "",
+        f"Model {model:.3f} ms (median of {len(prof['model_ms_rounds'])} rounds, no instrument); estimate "
+        f"(sum of weight x task alone, re-timed in the same rounds) {prof['estimate_ms']:.3f} ms = "
+        f"{_pct(prof['estimate_ms'], model)} of the model; the session's estimate "
+        f"{prof['session_estimate_ms']:.3f} ms.",
+        "",
+        "| model time | ms | share |",
+        "|---|---:|---:|",
+        f"| kernels of tasks | {prof['kernel_ms']:.3f} | {_pct(prof['kernel_ms'], model)} |",
+        f"| calls no task stands for | {prof['calls_without_task_ms']:.3f} | "
+        f"{_pct(prof['calls_without_task_ms'], model)} |",
+        f"| between calls | {prof['between_calls_ms']:.3f} | {_pct(prof['between_calls_ms'], model)} |",
+        "",
+        "| model - estimate | ms |",
+        "|---|---:|",
+        f"| kernels in the model vs alone | {g['in_model_vs_alone_ms']:+.3f} |",
+        f"| tasks the model never calls | {g['tasks_not_called_ms']:+.3f} |",
+        f"| calls no task stands for | {g['calls_without_task_ms']:+.3f} |",
+        f"| between calls | {g['between_calls_ms']:+.3f} |",
+        f"| total | {prof['gap_ms']:+.3f} |",
+        "",
+        f"{prof['runs']} instrumented runs. Kernels are timed by calling them from the instrument; other "
+        f"calls between its callbacks, less {prof['instrument_overhead_us']:.2f} us (a no-op call's window), "
+        "which leaves their arguments' conversion in: an upper bound.",
+        "",
+        "| kernel | task | calls | in model ms | share | alone ms x weight | in model / alone | GFLOP/s in model |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [_kernel_line(k, model) for k in prof["kernels"][:top]]
+    if len(prof["kernels"]) > top:
+        lines.append(f"\n{len(prof['kernels']) - top} more calls in profile.json.")
+    if prof["tasks_not_called"]:
+        never = [f"{t['name']} ({t['weight']} x {t['alone_ms']:.4f} ms)" for t in prof["tasks_not_called"]]
+        lines += ["", "Tasks the model never calls (in the estimate only): " + ", ".join(never)]
+    return "\n".join(lines) + "\n"
+
+
+def _kernel_line(k: dict, model_ms: float) -> str:
+    alone = k["alone_total_ms"]
+    cells = [
+        k["name"],
+        _opt(k["task"]),
+        str(k["calls"]),
+        f"{k['in_model_ms']:.4f}",
+        _pct(k["in_model_ms"], model_ms),
+        "-" if alone is None else f"{alone:.4f} ({k['weight']}x)",
+        f"{k['in_model_ms'] / alone:.2f}" if alone else "-",
+        "-" if k["gflops_in_model"] is None else f"{k['gflops_in_model']:.1f}",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _gflops(flops, ms):
+    return flops / (ms * 1e-3) / 1e9 if flops and ms else None
+
+
+def _pct(x: float, total: float) -> str:
+    return f"{100 * x / total:.1f}%" if total else "-"
+
+
+def _opt(x) -> str:
+    return "-" if x is None else str(x)

@@ -1,0 +1,68 @@
+"""Running a compiled model and its ONNX Runtime reference: what both the compiler and the fresh timing
+process need (load an artifact, run it, time it; an ONNX Runtime session with a given thread count)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def load(path: str, device):
+    """What a user of the artifact does: plain TVM, no dynatune."""
+    import tvm
+    from tvm import relax
+
+    return relax.VirtualMachine(tvm.runtime.load_module(path), device)
+
+
+def run(vm, model, inputs: dict[str, np.ndarray], device) -> list[np.ndarray]:
+    import tvm
+
+    args = [tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs]
+    out = vm["main"](*args)
+    return [o.numpy() for o in _flatten(out)]
+
+
+def _flatten(out):
+    import tvm
+
+    if isinstance(out, (list, tuple)) or hasattr(out, "__len__") and not isinstance(out, tvm.runtime.Tensor):
+        res = []
+        for o in out:
+            res.extend(_flatten(o))
+        return res
+    return [out]
+
+
+def time_vm(vm, model, inputs, device, repeat: int = 10, min_repeat_ms: int = 200) -> tuple[float, float]:
+    """(mean, std) end-to-end latency in ms."""
+    import tvm
+
+    args = [tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs]
+    vm.set_input("main", *args)
+    f = vm.time_evaluator("invoke_stateful", device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    res = f("main")
+    vals = np.array(res.results) * 1e3
+    return float(vals.mean()), float(vals.std())
+
+
+def onnxruntime_session(model, threads: int):
+    """ONNX Runtime on the CPU with ``threads`` intra-op threads (the same count TVM gets); ``model``: a
+    :class:`~dynatune.model.importer.Model` or an ONNX proto."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    proto = getattr(model, "onnx_model", model)
+    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def onnxruntime_outputs(model, inputs, threads: int):
+    sess = onnxruntime_session(model, threads)
+    return sess, sess.run(None, inputs)
+
+
+def relax_vm(executable, device):
+    from tvm import relax
+
+    return relax.VirtualMachine(executable, device)

@@ -1,0 +1,142 @@
+"""Side-by-side timing: the compiled model and ONNX Runtime, interleaved in the same process.
+
+Absolute times on a shared machine drift by tens of percent from minute to minute; two timings taken
+minutes apart cannot be compared. Here each round times one block of TVM runs and one block of ONNX
+Runtime runs back to back (each block at least ``block_ms`` long, the order swapped every round), so both
+sides of a round see the same machine. The ratio of each round holds even when the machine drifts
+between rounds; the report gives the median of the per-round ratios and their min-max spread.
+
+TVM blocks run ``invoke_stateful`` in TVM's ``time_evaluator`` (the inputs set once); ONNX Runtime
+blocks call ``sess.run`` in a Python loop with numpy inputs, as a user of either library would.
+
+Blocks are ``pause_s`` apart: ONNX Runtime's pool threads keep spinning after a run (its default,
+``session.intra_op.allow_spinning``), and on 2 cores a TVM block right after an ONNX Runtime block ran
+20-30% slower than one after a 10-50 ms pause. Both sides get the same pause.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class SideBySide:
+    """Per-round latencies (ms) of both sides and their ratio TVM / ONNX Runtime (< 1: TVM is faster)."""
+
+    tvm_ms: list[float]
+    ort_ms: list[float]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [t / o for t, o in zip(self.tvm_ms, self.ort_ms)]
+
+    @property
+    def tvm_median_ms(self) -> float:
+        return float(np.median(self.tvm_ms))
+
+    @property
+    def ort_median_ms(self) -> float:
+        return float(np.median(self.ort_ms))
+
+    @property
+    def ratio_median(self) -> float:
+        return float(np.median(self.ratios))
+
+    @property
+    def ratio_min(self) -> float:
+        return float(min(self.ratios))
+
+    @property
+    def ratio_max(self) -> float:
+        return float(max(self.ratios))
+
+    def as_dict(self) -> dict:
+        return {
+            "rounds": len(self.tvm_ms),
+            "tvm_ms": self.tvm_ms,
+            "ort_ms": self.ort_ms,
+            "ratios": self.ratios,
+            "tvm_median_ms": self.tvm_median_ms,
+            "ort_median_ms": self.ort_median_ms,
+            "ratio_median": self.ratio_median,
+            "ratio_min": self.ratio_min,
+            "ratio_max": self.ratio_max,
+        }
+
+
+def block_timer(make_evaluator, args, block_ms: float):
+    """A callable timing one block of runs of a TVM ``time_evaluator``: the mean latency (ms) of a block.
+
+    ``make_evaluator(number, min_repeat_ms)`` returns the evaluator (``repeat=1``), called with ``args``.
+    The loop count is sized once, from one calibrating block (TVM's ``min_repeat_ms`` would otherwise
+    re-calibrate, and throw runs away, in every block)."""
+    import math
+
+    once_s = max(float(make_evaluator(1, int(block_ms))(*args).results[0]), 1e-7)
+    f = make_evaluator(max(1, math.ceil(block_ms * 1e-3 / once_s)), 0)
+    return lambda: float(f(*args).results[0]) * 1e3
+
+
+def vm_block_timer(vm, inputs, device, block_ms: float):
+    """A callable timing one block of model runs (``invoke_stateful``, inputs set once); ``inputs``: name ->
+    array, in the model's input order (as ``Model.random_inputs`` makes them)."""
+    import tvm
+
+    vm.set_input("main", *[tvm.runtime.tensor(a, device) for a in inputs.values()])
+    return block_timer(
+        lambda number, min_ms: vm.time_evaluator(
+            "invoke_stateful", device, number=number, repeat=1, min_repeat_ms=min_ms
+        ),
+        ("main",),
+        block_ms,
+    )
+
+
+def ort_block_timer(sess, inputs, block_ms: float):
+    """A callable timing one block of ``sess.run`` calls: returns the mean latency (ms) over the block."""
+
+    def block() -> float:
+        n, t0 = 0, time.perf_counter()
+        while True:
+            sess.run(None, inputs)
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed * 1e3 >= block_ms:
+                return elapsed / n * 1e3
+
+    return block
+
+
+def alternate(first, second, rounds: int, pause_s: float = 0.0) -> tuple[list[float], list[float]]:
+    """Run ``first`` and ``second`` (block timers) ``rounds`` times each, swapping their order every
+    round, after one warm-up run of each, ``pause_s`` between blocks; returns both lists of results."""
+
+    def paused(f):
+        time.sleep(pause_s)
+        return f()
+
+    paused(first), paused(second)
+    a, b = [], []
+    for r in range(rounds):
+        if r % 2 == 0:
+            a.append(paused(first))
+            b.append(paused(second))
+        else:
+            b.append(paused(second))
+            a.append(paused(first))
+    return a, b
+
+
+def time_side_by_side(
+    vm, sess, inputs, device, rounds: int = 7, block_ms: float = 200.0, pause_s: float = 0.05
+) -> SideBySide:
+    """Time the compiled model (``vm``) and ONNX Runtime (``sess``) in alternating blocks on ``inputs``
+    (in the model's input order). The tuning process should time in a fresh process instead
+    (:mod:`dynatune.compiler.fresh_timing`)."""
+    tvm_ms, ort_ms = alternate(
+        vm_block_timer(vm, inputs, device, block_ms), ort_block_timer(sess, inputs, block_ms), rounds, pause_s
+    )
+    return SideBySide(tvm_ms, ort_ms)

@@ -1,0 +1,125 @@
+"""Compilation targets: the local CPU by default, any TVM target on request."""
+
+from __future__ import annotations
+
+import os
+
+from dynatune.errors import DynatuneError
+
+
+def usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def make_target(spec: str | dict | None = None, num_cores: int | None = None):
+    """Build a ``tvm.target.Target``.
+
+    ``None`` or ``"llvm"``/``"cpu"``: the local CPU, with the detected ``mcpu`` and ``num-cores`` set to
+    the usable cores (TVM 0.27 rejects the CLI string form ``"llvm -num-cores 2"``).
+    ``"cuda"`` (or any other kind name) or a dict: passed to TVM, a dict as-is; CUDA gets the host set to
+    the local CPU.
+    """
+    import tvm
+
+    cores = num_cores or usable_cores()
+    if spec is None or spec in ("llvm", "cpu", "local"):
+        return tvm.target.Target(_local_cpu(cores))
+    try:
+        if isinstance(spec, dict):
+            spec = dict(spec)
+            if spec.get("kind") == "llvm":
+                spec = {**_local_cpu(cores), **spec}
+            return tvm.target.Target(spec)
+        if " " in spec.strip():
+            raise DynatuneError(
+                f"target {spec!r} uses the CLI string form, which TVM 0.27 rejects",
+                "give a kind name like 'llvm' or 'cuda', or a mapping such as {kind: llvm, mcpu: ...}",
+            )
+        if spec == "cuda":
+            # MetaSchedule's GPU rules need the launch limits on the target
+            return tvm.target.Target(
+                {
+                    "kind": "cuda",
+                    "arch": _cuda_arch(),
+                    "max_threads_per_block": 1024,
+                    "max_shared_memory_per_block": 49152,
+                    "thread_warp_size": 32,
+                },
+                host=_local_cpu(cores),
+            )
+        return tvm.target.Target(spec)
+    except DynatuneError:
+        raise
+    except Exception as exc:  # TVM raises its own error types with long messages
+        raise DynatuneError(f"invalid target {spec!r}: {str(exc).strip().splitlines()[-1]}") from None
+
+
+def _local_cpu(cores: int) -> dict:
+    import tvm
+
+    return {"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(), "num-cores": cores}
+
+
+def _cuda_arch() -> str:
+    import tvm
+
+    dev = tvm.cuda(0)
+    if not dev.exist:
+        raise DynatuneError("target 'cuda' was asked for but no CUDA device is visible")
+    return "sm_" + dev.compute_version.replace(".", "")
+
+
+def target_device(target) -> str:
+    """The runtime device type name ('cpu', 'cuda', ...) of a target."""
+    kind = target.kind.name
+    return "cpu" if kind == "llvm" else kind
+
+
+def describe(target) -> str:
+    kind = target.kind.name
+    if kind == "llvm":
+        return f"llvm/{target.attrs.get('mcpu', 'generic')}/{target.attrs.get('num-cores', '?')}c"
+    return str(kind) + (f"/{target.attrs['arch']}" if "arch" in target.attrs else "")
+
+
+ISA_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "asimd",
+    "sve",
+)
+
+
+def cpu_model_and_isa() -> tuple[str, list[str]]:
+    """This CPU's model name and its ISA features that change code generation (from /proc/cpuinfo)."""
+    import platform
+
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and name in ("", platform.machine()):
+                    name = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return name, [f for f in ISA_FLAGS if f in flags]
+
+
+def machine_fingerprint(target) -> str:
+    """What a measured latency is valid for: the target (kind, mcpu, cores), the CPU model and its ISA."""
+    name, isa = cpu_model_and_isa()
+    return f"{describe(target)}|{name}|{'+'.join(isa)}"

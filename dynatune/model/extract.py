@@ -1,0 +1,157 @@
+"""Tasks: the model split into weighted operator tasks, each with a stable key.
+
+A task is one fused TIR function. Its *weight* is how many call sites the model has for it, its *key* is
+the structural hash of its PrimFunc (so the same operator is recognised in another model or another
+version of this one), and its FLOPs come from TVM's static estimate.
+
+Weight prepacking (CPU targets, on by default): every task is marked with the indices of its arguments
+that are model weights (``layout_free_buffers``, by ``relax.transform.AttachAttrLayoutFreeBuffers``), so
+MetaSchedule's ``RewriteLayout`` postprocessor lets a tuned conv2d/dense/matmul schedule pick the weight
+layout it reads best; the compiler then repacks the weights once at compile time (see
+:func:`dynatune.compiler.compile.build`). The attribute is part of the PrimFunc, hence of the key: a model tuned
+with prepacking and one tuned without have different keys for the same operator. The pass also renames
+the functions it marks (``fused_conv2d_add_relu`` becomes ``fused_conv2d_add_relu1``). GPU targets never
+prepack: MetaSchedule's CUDA postprocessors have no ``RewriteLayout``, and it is not verified there.
+
+Convolutions are converted to NHWC first on CPU targets (:mod:`dynatune.model.layout`). Both choices, and
+anything else that changes the tasks, are one :class:`Lowering`, which extraction and compilation share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Task:
+    index: int
+    name: str
+    key: str
+    weight: int
+    flops: float
+    mod: object = field(repr=False, compare=False)  # tvm.IRModule holding the PrimFunc as "main"
+
+    def as_dict(self) -> dict:
+        from dynatune.machine.roofline import compulsory_bytes
+
+        return {
+            "index": self.index,
+            "name": self.name,
+            "key": self.key,
+            "weight": self.weight,
+            "flops": self.flops,
+            "bytes": compulsory_bytes(self.mod) if self.mod is not None else 0.0,
+        }
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """How the model is lowered to tasks; extraction and compilation must use the same one, or no task key
+    matches. From the config: ``compile.prepack`` and ``compile.conv_layout``."""
+
+    prepack: bool = True
+    conv_layout: str = "auto"
+
+    def prepacks(self, target) -> bool:
+        return uses_prepack(target, self.prepack)
+
+    def describe(self, target) -> str:
+        """What changes the tasks, resolved for ``target`` (part of the task cache's key)."""
+        from dynatune.model.layout import resolve_conv_layout
+
+        return f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
+
+
+def uses_prepack(target, prepack: bool = True) -> bool:
+    """Whether weights are prepacked for ``target``: as asked on CPU targets, never on GPU targets."""
+    from tvm.relax.pipeline import BackendDispatcher
+
+    return bool(prepack) and not BackendDispatcher.is_gpu_target(target)
+
+
+def fuse_passes(target, lowering: Lowering = Lowering()):
+    """The passes that turn the bound Relax module into fused TIR tasks.
+
+    Extraction and compilation both use exactly this list, so a task's key in the tuning database always
+    matches the function the compiler looks up. Batch norm is decomposed and folded into the preceding
+    convolution's epilogue first, so it costs no task of its own. Convolutions are converted to the
+    lowering's layout before anything else. With ``prepack`` (and a CPU target) the fused functions carry
+    their layout-free (weight) arguments.
+    """
+    from tvm import relax
+
+    from dynatune.model.layout import conv_layout_passes, resolve_conv_layout
+
+    passes = conv_layout_passes(resolve_conv_layout(target, lowering.conv_layout))
+    passes += backend_passes(target, "library_dispatch_passes") + [
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+    if lowering.prepacks(target):
+        # weights must be visible as constants at the call sites (the pass recommends canonical bindings)
+        passes += [relax.transform.CanonicalizeBindings(), relax.transform.AttachAttrLayoutFreeBuffers()]
+    return passes
+
+
+def backend_passes(target, name: str) -> list:
+    """TVM's per-backend pass lists, from ``tvm.relax.backend.<kind>.pipeline``.
+
+    (Read from the backend's own module: the package-level re-exports are incomplete in TVM 0.27.)
+    """
+    import importlib
+
+    from tvm.relax.pipeline import BackendDispatcher
+
+    kind = target.kind.name
+    generic = "gpu_generic" if BackendDispatcher.is_gpu_target(target) else "cpu_generic"
+    for backend in ([kind] if kind not in ("llvm",) else []) + [generic]:
+        try:
+            module = importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
+        except ImportError:
+            continue
+        if hasattr(module, name):
+            return list(getattr(module, name)(target))
+    return []
+
+
+def fuse(bound_mod, target, lowering: Lowering = Lowering()):
+    import tvm
+
+    with target, tvm.transform.PassContext(opt_level=3):
+        return tvm.transform.Sequential(fuse_passes(target, lowering))(bound_mod)
+
+
+def task_key(mod) -> str:
+    from tvm_ffi import structural_hash
+
+    return f"{structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def extract_tasks(model, target, lowering: Lowering = Lowering()) -> list[Task]:
+    """Every tunable task of ``model`` for ``target``, heaviest (weight x FLOPs) first.
+
+    ``lowering`` must be what the compiler is given (:func:`dynatune.compiler.compile.build`), or no key matches.
+    """
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    fused = fuse(model.bound_module(), target, lowering)
+    extracted = ms.relax_integration.extract_tasks(fused, target, module_equality="structural")
+    tasks = []
+    for ex in extracted:
+        mod = ex.dispatched[0]
+        if mod.attrs is not None and mod.attrs.get("tirx.is_scheduled", False):
+            continue
+        try:
+            flops = float(estimate_tir_flops(mod))
+        except Exception:  # some ops (e.g. with dynamic loops) have no estimate
+            flops = 0.0
+        tasks.append(Task(0, str(ex.task_name), task_key(mod), int(ex.weight), flops, mod))
+    tasks.sort(key=lambda t: (-t.weight * t.flops, t.name))
+    for i, t in enumerate(tasks):
+        t.index = i
+    return tasks

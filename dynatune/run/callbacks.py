@@ -1,0 +1,125 @@
+"""What a tuning run tells the outside world: typed events, delivered to :class:`RunCallback` objects.
+
+The pipeline (:mod:`dynatune.run.pipeline`) calls every callback it was given, in order, for each event; a
+callback overrides only the methods it cares about. MLflow tracking (``tasks/tracking.py``) and the
+terminal's live view (:mod:`dynatune.run.progress`) are callbacks, so the library itself knows neither.
+
+A callback that raises in :meth:`RunCallback.on_start` stops the run before tuning (e.g. an unreachable
+tracking server); an exception in any later event is the callback's own problem and is swallowed, so a
+flaky observer cannot lose tuning work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunStart:
+    """The run is set up: model imported, tasks extracted, session open, untuned latencies known."""
+
+    cfg: object  # dynatune.run.config.Config
+    model: object  # dynatune.model.importer.Model
+    tasks: list  # dynatune.model.extract.Task
+    state: dict  # the run's persisted state (run.json): a callback may keep its ids here to resume
+    untuned_estimate_s: float
+    rounds_done: int
+    elapsed_s: float
+    cache_hit: bool = False
+    warm_start: dict | None = None  # what the warm start imported, when there was one
+    config_hash: str = ""  # :meth:`dynatune.run.config.Config.config_hash`, computed once per run
+    library: dict | None = (
+        None  # the schedule library's part (matched tasks, seeded records), when it is used
+    )
+
+
+@dataclass
+class TaskRetired:
+    task: int
+    task_name: str
+    note: str
+
+
+@dataclass
+class ModelMeasurement:
+    """The whole model compiled with the best schedules so far and timed beside ONNX Runtime."""
+
+    round: int  # the last round before the measurement (its MLflow step)
+    elapsed_s: float  # tuning seconds spent when measured
+    latency_ms: float
+    onnxruntime_ms: float | None
+    ratio: float | None  # latency / ONNX Runtime's (median over alternating rounds)
+    ratio_spread: list = field(default_factory=list)  # [min, max] of the per-round ratios
+    estimated_ms: float = 0.0
+    seconds: float = 0.0  # what the measurement cost (compile + timing); not counted as tuning time
+    # the model and each task's best schedule alone, timed in the same rounds (dynatune.compiler.residual)
+    same_time_model_ms: float | None = None
+    kernels_alone_ms: float | None = None  # Σ weight × latency alone
+    residual_ms: float | None = None  # what the estimate misses: same_time_model_ms - kernels_alone_ms
+
+    @property
+    def estimated_model_ms(self) -> float | None:
+        """The estimate counting what the kernels alone miss."""
+        return None if self.residual_ms is None else self.estimated_ms + self.residual_ms
+
+
+class RunCallback:
+    """Base class: every event is a no-op."""
+
+    def on_start(self, run: RunStart) -> None:
+        """Before the first round (also when a run resumes)."""
+
+    def on_retired(self, event: TaskRetired) -> None:
+        """A task stops being tuned (its default does not build or run, or its search failed)."""
+
+    def on_round(self, record) -> None:
+        """A round finished: ``record`` is a :class:`dynatune.run.tuner.RoundRecord`."""
+
+    def on_round_failed(self, error: str) -> None:
+        """A round raised (after its retries); the run goes on."""
+
+    def on_measurement(self, m: ModelMeasurement) -> None:
+        """The periodic whole-model measurement."""
+
+    def on_finish(self, summary: dict, report_dir: str) -> None:
+        """The run ended: compiled, verified, report written. ``summary`` may be extended in place."""
+
+    def on_failure(self, exc: BaseException) -> None:
+        """The run failed (after ``on_start``)."""
+
+
+class CallbackList(RunCallback):
+    """Fans each event out to several callbacks."""
+
+    def __init__(self, callbacks=()):
+        self.callbacks = [c for c in callbacks if c is not None]
+
+    def on_start(self, run):
+        for c in self.callbacks:
+            c.on_start(run)  # a failing observer must stop the run before tuning, not after
+
+    def _each(self, method: str, *args) -> None:
+        for c in self.callbacks:
+            try:
+                getattr(c, method)(*args)
+            except Exception:
+                pass
+
+    def on_retired(self, event):
+        self._each("on_retired", event)
+
+    def on_round(self, record):
+        self._each("on_round", record)
+
+    def on_round_failed(self, error):
+        self._each("on_round_failed", error)
+
+    def on_measurement(self, m):
+        self._each("on_measurement", m)
+
+    def on_finish(self, summary, report_dir):
+        for c in self.callbacks:
+            c.on_finish(summary, report_dir)
+
+    def on_failure(self, exc):
+        self._each("on_failure", exc)

@@ -1,0 +1,58 @@
+"""Warm start: begin a run from earlier runs' tuning records (same model, an older version, another model).
+
+Tasks are matched by their stable key (structural hash of the PrimFunc). A matched task gets the earlier
+records (so it starts at its best known latency and its search starts from those schedules), its untuned
+latency (also when it was measured but never tuned there, so it is not measured again), and its history
+(so its belief carries over). Only new or changed operators need real tuning.
+Runs already warm-started from a directory are not imported twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from dynatune.errors import DynatuneError
+from dynatune.files import atomic_write_json
+from dynatune.search.database import TuningDatabase
+
+
+def warm_start(session, sources: list[str]) -> dict:
+    keys = {t.key for t in session.tasks}
+    done_path = os.path.join(session.work_dir, "warm_start.json")
+    done = json.load(open(done_path)) if os.path.exists(done_path) else {}
+    report = {"sources": [], "matched_tasks": 0, "records": 0}
+    matched: set[str] = set()
+    for src in sources:
+        src = os.path.abspath(src)
+        db_dir = os.path.join(src, "db") if os.path.isdir(os.path.join(src, "db")) else src
+        if not os.path.exists(os.path.join(db_dir, "records.jsonl")):
+            raise DynatuneError(
+                f"warm_start source {src} has no tuning records", "give an earlier run's work_dir"
+            )
+        if src in done:
+            report["sources"].append({"path": src, "skipped": "already imported"})
+            continue
+        other = TuningDatabase(db_dir, read_only=True)
+        n = session.import_records(other, keys & set(other.keys()))
+        states = _states(os.path.join(src, "session.json"))
+        # matched: tuned there (records), or only measured there (its untuned latency is still valid)
+        common = keys & (set(other.keys()) | set(states))
+        for key in common:
+            if states.get(key):
+                session.adopt_progress(key, states[key])
+        matched |= common
+        done[src] = {"records": n, "tasks": len(common)}
+        report["sources"].append({"path": src, "records": n, "tasks": len(common)})
+        report["records"] += n
+    report["matched_tasks"] = len(matched)
+    session.save_state()
+    atomic_write_json(done_path, done)  # a kill mid-write must not leave a file the next run cannot read
+    return report
+
+
+def _states(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f).get("tasks", {})

@@ -1,0 +1,31 @@
+"""Cost models for the evolutionary search.
+
+- ``xgb``: MetaSchedule's XGBoost model, with ``num_warmup_samples=0`` so it learns from the very first
+  measured batch (the default, 100 samples across all tasks, means predicting at random for the whole of
+  a small budget).
+- ``random``: random predictions (for ablations).
+- ``ensemble``: AdaTune's uncertainty-aware model (:mod:`dynatune.search.surrogate`).
+"""
+
+from __future__ import annotations
+
+COST_MODELS = ("xgb", "ensemble", "random")
+
+
+def cost_model_names() -> tuple[str, ...]:
+    return COST_MODELS
+
+
+def make_cost_model(kind: str, seed: int = 0, contextual_exploration: bool = False):
+    """A cost model by name; ``contextual_exploration`` applies to ``ensemble`` only (rank by μ + κσ)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if kind == "xgb":
+        return ms.cost_model.XGBModel(num_warmup_samples=0, adaptive_training=True, verbose_eval=10**9)
+    if kind == "random":
+        return ms.cost_model.RandomModel(seed=seed)
+    if kind == "ensemble":
+        from dynatune.search.surrogate import EnsembleModel
+
+        return EnsembleModel(seed=seed, contextual_exploration=contextual_exploration)
+    raise ValueError(f"unknown cost model {kind!r}")

@@ -1,0 +1,400 @@
+"""Measuring candidates: a fixed protocol, or AdaTune's adaptive one.
+
+Fixed: ``repeat`` repeats of at least ``min_repeat_ms`` each, every candidate alike.
+
+Adaptive (AdaTune): repeats run in small batches; after ``min_repeats`` the evaluator stops as soon as
+the 95% Student-t confidence interval of the mean is narrower than ``rel_tol`` of the mean (settled), or
+its lower bound is above ``race_factor`` x the task's incumbent latency (raced out: clearly slower, so
+further precision is wasted). A candidate whose very first repeat is already ``quick_race_factor`` x the
+incumbent or slower is raced out after that one repeat. Repeats are capped at ``max_repeats``. Each
+adaptive repeat lasts at least ``adaptive_repeat_ms`` (shorter than the fixed protocol's: the confidence
+interval, not a long loop, decides when a timing is precise enough), and the kernel's loop count is
+calibrated once per candidate, not in every batch (TVM's ``time_evaluator`` re-calibrates from one run
+in every call, which would cost more than the repeats it saves). Outliers (beyond 3 scaled MADs of
+the median, e.g. a batch hit by a context switch) are trimmed before every decision. The evaluator runs
+inside MetaSchedule's runner worker (local or RPC); why it stopped is recomputed from the returned
+timings with :func:`stop_reason`, so nothing beyond the timings has to cross the process boundary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from dynatune.run.settings import setting
+from dynatune.search.index_args import args_key
+
+
+@dataclass
+class MeasureConfig:
+    """How candidates are measured (the config's ``measure:``)."""
+
+    adaptive: bool = False
+    repeat: int = setting(5, ge=1)  # fixed protocol: repeats per candidate
+    min_repeat_ms: int = setting(10, ge=0)  # each repeat loops the kernel for at least this long
+    number: int = setting(1, ge=1)
+    min_repeats: int = setting(3, ge=2)  # adaptive protocol: at least this many repeats ...
+    max_repeats: int = setting(10, ge=1)  # ... and at most this many
+    batch: int = setting(2, ge=1)
+    rel_tol: float = setting(0.02, gt=0, lt=1)
+    race_factor: float = setting(1.5, gt=1)
+    quick_race_factor: float = setting(
+        3.0, gt=1
+    )  # raced after one repeat when that repeat is this much slower
+    adaptive_repeat_ms: int = setting(4, ge=0)  # each adaptive repeat loops the kernel for at least this long
+    timeout_s: float = setting(30.0, gt=0)
+    cpu_cache_flush: bool = False
+    rpc: dict | None = setting(
+        None, check="rpc"
+    )  # {tracker_host, tracker_port, tracker_key, ...}: a device farm
+
+    @property
+    def repeat_cap(self) -> int:
+        """The most repeats a candidate can get under the protocol in use."""
+        return self.max_repeats if self.adaptive else self.repeat
+
+
+# -- statistics (pure functions, unit-tested on synthetic timings) ----------------------------------
+_T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
+
+
+def t95(df: int) -> float:
+    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom."""
+    if df <= 0:
+        return math.inf
+    for k in sorted(_T95):
+        if df <= k:
+            return _T95[k]
+    return 1.96
+
+
+def trim_outliers(xs) -> list[float]:
+    xs = [float(x) for x in xs]
+    if len(xs) < 4:
+        return xs
+    med = float(np.median(xs))
+    mad = float(np.median([abs(x - med) for x in xs])) * 1.4826
+    if mad == 0:
+        return xs
+    kept = [x for x in xs if abs(x - med) <= 3 * mad]
+    return kept if len(kept) >= 2 else xs
+
+
+def interval(xs) -> tuple[float, float]:
+    """(mean, half-width of the 95% confidence interval) after trimming outliers."""
+    xs = trim_outliers(xs)
+    n = len(xs)
+    mean = sum(xs) / n
+    if n < 2:
+        return mean, math.inf
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    return mean, t95(n - 1) * sd / math.sqrt(n)
+
+
+def stop_reason(
+    xs,
+    min_repeats: int,
+    max_repeats: int,
+    rel_tol: float,
+    race_factor: float,
+    incumbent: float | None,
+    quick_race_factor: float = math.inf,
+) -> str | None:
+    """Why an adaptive measurement of timings ``xs`` should stop now, or None to keep measuring."""
+    n = len(xs)
+    if n and incumbent and incumbent > 0 and min(xs) > quick_race_factor * incumbent:
+        return "raced"
+    if n >= min_repeats:
+        mean, half = interval(xs)
+        if mean > 0 and half / mean <= rel_tol:
+            return "settled"
+        if incumbent and incumbent > 0 and mean - half > race_factor * incumbent:
+            return "raced"
+    if n >= max_repeats:
+        return "max_repeats"
+    return None
+
+
+def adaptive_repeats(
+    measure_batch,
+    min_repeats: int,
+    max_repeats: int,
+    batch: int,
+    rel_tol: float,
+    race_factor: float,
+    incumbent: float | None,
+    quick_race_factor: float = math.inf,
+) -> list[float]:
+    """Call ``measure_batch(k)`` (returns k timings) until :func:`stop_reason` says stop.
+
+    With an incumbent and a finite ``quick_race_factor`` the first batch is a single repeat, so that a
+    clearly slower candidate costs one repeat; otherwise the first batch brings it to ``min_repeats``.
+    """
+    xs: list[float] = []
+    quick = bool(incumbent) and math.isfinite(quick_race_factor)
+    while True:
+        if not xs and quick:
+            need = 1
+        else:
+            need = min_repeats - len(xs) if len(xs) < min_repeats else batch
+        need = max(1, min(need, max_repeats - len(xs)))
+        xs.extend(float(x) for x in measure_batch(need))
+        if stop_reason(xs, min_repeats, max_repeats, rel_tol, race_factor, incumbent, quick_race_factor):
+            return xs
+
+
+# -- runner-side evaluators ---------------------------------------------------------------------
+def adaptive_evaluator(
+    rt_mod,
+    device,
+    evaluator_config,
+    repeated_args,
+    *,
+    min_repeats,
+    max_repeats,
+    batch,
+    rel_tol,
+    race_factor,
+    incumbent,
+    quick_race_factor=math.inf,
+    repeat_ms=None,
+):
+    """``f_run_evaluator`` for MetaSchedule runners (runs in the runner worker).
+
+    ``repeat_ms=None``: one ``time_evaluator`` call per batch with the evaluator config's
+    ``min_repeat_ms`` (the fixed protocol is one batch: exactly what MetaSchedule's default does).
+    ``repeat_ms`` given (adaptive): one probe run sizes the loop count so that a repeat lasts about
+    ``repeat_ms``; every batch reuses that count and skips TVM's per-call calibration (which grows the
+    count from 1 by x1.6 steps and throws those runs away: ~1.6 repeats' worth per call).
+    """
+    evaluators = {}
+    calibrated = {"number": None}
+    preproc = "cache_flush_cpu_non_first_arg" if evaluator_config.enable_cpu_cache_flush else ""
+
+    def evaluator(k, number, min_ms):
+        if (k, number, min_ms) not in evaluators:
+            evaluators[k, number, min_ms] = rt_mod.time_evaluator(
+                func_name=rt_mod.entry_name,
+                dev=device,
+                number=number,
+                repeat=k,
+                min_repeat_ms=min_ms,
+                f_preproc=preproc,
+            )
+        return evaluators[k, number, min_ms]
+
+    def run(f):
+        out = []
+        for args in repeated_args:
+            device.sync()
+            out.extend(f(*args).results)
+        return out
+
+    def measure_batch(k):
+        if repeat_ms is None:
+            return run(evaluator(k, evaluator_config.number, evaluator_config.min_repeat_ms))
+        if calibrated["number"] is None:  # one probe run (after TVM's warm-up run) sizes every repeat
+            probe = [x for x in run(evaluator(1, 1, 0)) if x > 0]
+            calibrated["number"] = (
+                max(evaluator_config.number, math.ceil(repeat_ms * 1e-3 / min(probe)))
+                if probe
+                else evaluator_config.number
+            )
+        return run(evaluator(k, calibrated["number"], 0))
+
+    return adaptive_repeats(
+        measure_batch, min_repeats, max_repeats, batch, rel_tol, race_factor, incumbent, quick_race_factor
+    )
+
+
+def rpc_adaptive_evaluator(session, rt_mod, device, evaluator_config, repeated_args, **kwargs):
+    """``f_run_evaluator`` for MetaSchedule's ``RPCRunner``, whose evaluators also get the RPC session.
+
+    It runs in the local runner worker; ``rt_mod`` and ``device`` are remote handles, so every timing
+    batch runs on the device server and only the timings come back.
+    """
+    del session
+    return adaptive_evaluator(rt_mod, device, evaluator_config, repeated_args, **kwargs)
+
+
+_ARGS_CACHE: dict = {}  # in the runner worker: (device, arg shapes, index bounds) -> allocated arguments
+
+
+def cached_alloc_argument(device, args_info, alloc_repeat, index_bounds=None):
+    """``f_alloc_argument`` for the local runner: candidates of one task share their argument tensors.
+
+    MetaSchedule's default allocates and random-fills every argument of every candidate (~4 ms for a
+    mid-sized convolution, a third of the per-candidate overhead); all candidates of a task have the
+    same argument shapes, and a kernel's timing does not depend on the values. Kept per worker process,
+    a few tasks' worth. Index arguments named in ``index_bounds`` (see :func:`fill_index_args`) hold
+    valid indices instead of random integers.
+    """
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
+
+    bounds = (index_bounds or {}).get(args_key(args_info), ())
+    key = (str(device), repr(args_info), alloc_repeat, bounds)
+    hit = _ARGS_CACHE.get(key)
+    if hit is None:
+        if len(_ARGS_CACHE) >= 4:
+            _ARGS_CACHE.pop(next(iter(_ARGS_CACHE)))
+        hit = default_alloc_argument(device, args_info, alloc_repeat)
+        fill_index_args(hit, bounds)
+        _ARGS_CACHE[key] = hit
+    return hit
+
+
+def rpc_alloc_argument(session, device, args_info, alloc_repeat, index_bounds=None):
+    """``f_alloc_argument`` for the RPC runner: MetaSchedule's (a new session per candidate, nothing to
+    share), with valid indices in the index arguments named in ``index_bounds``."""
+    from tvm.s_tir.meta_schedule.runner.rpc_runner import default_alloc_argument
+
+    repeated_args = default_alloc_argument(session, device, args_info, alloc_repeat)
+    fill_index_args(repeated_args, (index_bounds or {}).get(args_key(args_info), ()))
+    return repeated_args
+
+
+def fill_index_args(repeated_args, bounds) -> None:
+    """Overwrite each index argument ``(position, high)`` of ``bounds`` with integers uniform in
+    ``[0, high)`` (random integers would address memory outside the indexed buffer)."""
+    rng = np.random.default_rng(0)
+    for args in repeated_args:
+        for pos, high in bounds:
+            arg = args[pos]
+            dtype = np.dtype(str(arg.dtype))
+            high = min(int(high), int(np.iinfo(dtype).max) + 1)
+            arg.copyfrom(rng.integers(0, high, size=tuple(int(d) for d in arg.shape)).astype(dtype))
+
+
+def evaluator_for(cfg: MeasureConfig, incumbent: float | None, rpc: bool = False, f=None):
+    """The runner's ``f_run_evaluator``: ``f`` (the adaptive evaluator by default) bound to the protocol."""
+    f = f or (rpc_adaptive_evaluator if rpc else adaptive_evaluator)
+    if cfg.adaptive:
+        return partial(
+            f,
+            min_repeats=cfg.min_repeats,
+            max_repeats=cfg.max_repeats,
+            batch=cfg.batch,
+            rel_tol=cfg.rel_tol,
+            race_factor=cfg.race_factor,
+            incumbent=incumbent if incumbent and math.isfinite(incumbent) else None,
+            quick_race_factor=cfg.quick_race_factor,
+            repeat_ms=cfg.adaptive_repeat_ms,
+        )
+    # the fixed protocol is the adaptive one that never settles early: exactly `repeat` repeats
+    return partial(
+        f,
+        min_repeats=cfg.repeat,
+        max_repeats=cfg.repeat,
+        batch=cfg.repeat,
+        rel_tol=-1.0,
+        race_factor=math.inf,
+        incumbent=None,
+    )
+
+
+def why_stopped(cfg: MeasureConfig, secs, incumbent: float | None) -> str:
+    """Why the evaluator stopped measuring a candidate (recomputed from its timings)."""
+    if not cfg.adaptive:
+        return "fixed"
+    inc = incumbent if incumbent and math.isfinite(incumbent) else None
+    return (
+        stop_reason(
+            secs, cfg.min_repeats, cfg.max_repeats, cfg.rel_tol, cfg.race_factor, inc, cfg.quick_race_factor
+        )
+        or "max_repeats"
+    )
+
+
+class Runner:
+    """A MetaSchedule runner (local, or RPC to a device farm) with the configured protocol."""
+
+    def __init__(self, cfg: MeasureConfig, target, evaluator=None):
+        """``evaluator``: the function timing one candidate in the runner worker (default: the adaptive
+        evaluator, local or RPC); tests pass ones that crash or hang."""
+        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
+
+        self.cfg = cfg
+        self.evaluator = evaluator
+        self.evaluator_config = EvaluatorConfig(
+            number=cfg.number,
+            repeat=1,
+            min_repeat_ms=cfg.min_repeat_ms,
+            enable_cpu_cache_flush=cfg.cpu_cache_flush,
+        )
+        self.rpc = bool(cfg.rpc)
+        f = evaluator_for(cfg, None, rpc=self.rpc, f=evaluator)
+        self._alloc = rpc_alloc_argument if self.rpc else cached_alloc_argument
+        if cfg.rpc:
+            rpc = RPCConfig(
+                tracker_host=cfg.rpc["tracker_host"],
+                tracker_port=int(cfg.rpc["tracker_port"]),
+                tracker_key=cfg.rpc["tracker_key"],
+                session_timeout_sec=int(cfg.rpc.get("session_timeout_s", max(10, cfg.timeout_s))),
+            )
+            workers = int(cfg.rpc.get("max_workers", 1))
+            self.inner = RPCRunner(
+                rpc_config=rpc,
+                evaluator_config=self.evaluator_config,
+                max_workers=workers,
+                f_run_evaluator=f,
+                f_alloc_argument=self._alloc,
+            )
+            # RPCRunner's own pool has no time limit: a device server that hangs mid-measurement would
+            # block the round forever. Give each candidate the session timeout (plus time to connect).
+            from tvm.support.popen_pool import PopenPoolExecutor
+
+            self.inner.pool.shutdown(wait=False)
+            self.inner.pool = PopenPoolExecutor(max_workers=workers, timeout=rpc.session_timeout_sec + 10)
+        else:
+            self.inner = LocalRunner(
+                timeout_sec=cfg.timeout_s,
+                evaluator_config=self.evaluator_config,
+                f_run_evaluator=f,
+                f_alloc_argument=self._alloc,
+            )
+
+    def set_incumbent(self, incumbent_s: float | None) -> None:
+        """Racing compares each candidate with the task's best latency so far."""
+        self.inner.f_run_evaluator = evaluator_for(self.cfg, incumbent_s, rpc=self.rpc, f=self.evaluator)
+
+    def set_index_bounds(self, index_bounds: dict | None) -> None:
+        """Valid indices for the next run's index arguments: ``{args_key: ((position, high), ...)}``
+        (:func:`dynatune.search.index_args.bounds_by_args`); the allocator runs in the runner worker."""
+        self.inner.f_alloc_argument = (
+            partial(self._alloc, index_bounds=index_bounds) if index_bounds else self._alloc
+        )
+
+    def run(self, runner_inputs):
+        if not runner_inputs:
+            return []
+        return self.inner.run(runner_inputs)
+
+    def close(self) -> None:
+        pool = getattr(self.inner, "pool", None)
+        if pool is not None:
+            try:
+                pool.shutdown(wait=False)
+            except Exception:
+                pass
+
+
+def make_runner(cfg: MeasureConfig, target, evaluator=None) -> Runner:
+    return Runner(cfg, target, evaluator)

@@ -1,0 +1,453 @@
+"""The incremental tuning session: tune task k for one slot, stop, and go on later where it stopped.
+
+One :class:`TuningSession` per model run. It keeps, between slots:
+
+- each task's MetaSchedule search state (a ``TuneContext`` with an evolutionary search, pre-tuned once);
+- one cost model shared by all tasks (saved to disk after every slot, reloaded by the next process);
+- the durable tuning database (:mod:`dynatune.search.database`), so a later slot, or a later process, starts
+  from every record measured so far;
+- ``session.json``: each task's untuned latency (measured once), tuning seconds and trials spent, and its
+  history of best latency after every slot (what the belief model learns from).
+
+One-off costs are paid once per process, never per round: TVM's ``tensor_intrin`` import, the builder
+and runner worker pools (kept alive, see :mod:`dynatune.search.builder`), and the cost model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+from dynatune.files import atomic_write_json, remove_leftovers
+from dynatune.machine.target import target_device
+from dynatune.model.extract import Task
+from dynatune.run.settings import MAX_SEED, setting
+from dynatune.search.batch_callbacks import Batch, default_batch_callbacks, short_error
+from dynatune.search.costmodel import cost_model_names
+from dynatune.search.database import JsonlWriter, TuningDatabase, mean_secs
+from dynatune.search.index_args import bounds_by_args, index_bounds
+from dynatune.search.measure import MeasureConfig, make_runner
+from dynatune.search.retirement import RetirementPolicy
+
+
+@dataclass
+class SearchConfig:
+    """Evolutionary-search settings sized for small budgets on few cores (the config's ``search:``)."""
+
+    trials_per_iter: int = setting(16, ge=1)
+    # a lean search: on 2 cores a population of 128 evolved twice took 60 % of the tuning time, and 64 evolved
+    # once reached 1.4x lower latencies in the same seconds (bench/search_cost.py, BENCHMARKS.md)
+    population_size: int = setting(64, ge=8)
+    init_measured_ratio: float = setting(0.2, ge=0, le=1)
+    init_min_unmeasured: int = setting(16, ge=0)
+    genetic_num_iters: int = setting(1, ge=0)
+    genetic_mutate_prob: float = setting(0.85, ge=0, le=1)
+    eps_greedy: float = setting(0.05, ge=0, le=1)
+    max_trials_per_task: int = setting(10_000, ge=1)
+    cost_model: str = setting("xgb", choices=cost_model_names)  # xgb | ensemble (AdaTune) | random
+    contextual_exploration: bool = False  # ensemble only: rank by mean + kappa*std, kappa from sigma/best
+    seed: int = setting(0, ge=0, le=MAX_SEED)
+    build_timeout_s: float = setting(15.0, gt=0)  # a legit build takes < 1 s; a pathological one minutes
+
+
+@dataclass
+class RoundResult:
+    """What one slot of tuning one task did."""
+
+    task: int
+    task_name: str
+    trials: int = 0
+    build_errors: int = 0
+    run_errors: int = 0
+    best_before_s: float = math.inf
+    best_after_s: float = math.inf
+    wall_s: float = 0.0
+    search_s: float = 0.0
+    build_s: float = 0.0
+    measure_s: float = 0.0
+    exhausted: bool = False
+    repeats: int = 0  # measurement repeats actually run
+    repeats_saved: int = 0  # repeats the adaptive evaluator did not need, vs. its maximum
+    stops: dict = field(default_factory=dict)  # why measurements stopped: settled/raced/max_repeats/fixed
+    errors: list[str] = field(default_factory=list)
+    note: str = ""  # why the task was retired (set when ``exhausted``)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["errors"] = self.errors[:5]
+        return d
+
+
+@dataclass
+class TaskState:
+    seconds: float = 0.0
+    trials: int = 0
+    errors: int = 0
+    default_s: float | None = None
+    history: list = field(default_factory=list)  # [seconds, trials, best_s] after each slot
+    exhausted: bool = False
+    note: str = ""
+    fail_streak: int = 0  # candidates in a row that failed to build or run (across slots and processes)
+
+
+class TuningSession:
+    def __init__(
+        self,
+        tasks: list[Task],
+        target,
+        work_dir: str,
+        *,
+        search: SearchConfig | None = None,
+        measure: MeasureConfig | None = None,
+        num_workers: int | None = None,
+        builder=None,
+        runner=None,
+        cost_model=None,
+        batch_callbacks=None,
+        retirement: RetirementPolicy | None = None,
+    ):
+        """``builder``, ``runner``, ``cost_model``: the collaborators (as MetaSchedule's task scheduler takes
+        them); by default a :class:`~dynatune.search.builder.PersistentBuilder`, a :class:`~dynatune.search.measure.Runner`
+        for ``measure`` and the ``search.cost_model`` (reloaded from the work dir). ``batch_callbacks``: what
+        runs after each batch (:mod:`dynatune.search.batch_callbacks`); ``retirement``: when a task stops."""
+        from dynatune.machine.target import usable_cores
+        from dynatune.search.builder import PersistentBuilder  # imports TVM: not needed to read a config
+
+        self.tasks = tasks
+        self.target = target
+        self.work_dir = work_dir
+        self.search = search or SearchConfig()
+        self.measure = measure or MeasureConfig()
+        os.makedirs(work_dir, exist_ok=True)
+        remove_leftovers(work_dir)
+        self.db = TuningDatabase(os.path.join(work_dir, "db"))
+        # per measured candidate: repeats used and why the evaluator stopped (one line per batch)
+        self.measurement_log = JsonlWriter(os.path.join(work_dir, "db", "measurements.jsonl"))
+        self.batch_callbacks = (
+            list(batch_callbacks) if batch_callbacks is not None else default_batch_callbacks()
+        )
+        self.retirement = retirement or RetirementPolicy()
+        self.state_path = os.path.join(work_dir, "session.json")
+        self.cost_model_path = os.path.join(work_dir, "cost_model")
+        self.states: dict[str, TaskState] = {t.key: TaskState() for t in tasks}
+        self._load_state()
+        self.builder = builder or PersistentBuilder(
+            num_workers or usable_cores(),
+            timeout_sec=self.search.build_timeout_s,
+            artifact_dir=os.path.join(work_dir, "tmp-build-" + str(os.getpid())),
+        )
+        self.runner = runner or make_runner(self.measure, target)
+        self.cost_model = cost_model or self._make_cost_model()
+        self._contexts: dict[int, object] = {}
+        # task index -> candidates measured at the head of its next batch, before the search's own: a function of
+        # the task's TuneContext (its postprocessors) and the batch size, called once (the library's transfer)
+        self.first_candidates: dict[int, object] = {}
+        self._index_bounds: dict[str, dict[int, int]] = {}  # task key -> {param position: high}
+
+    # -- persistence -----------------------------------------------------------------------------
+    def _load_state(self) -> None:
+        if not os.path.exists(self.state_path):
+            return
+        with open(self.state_path) as f:
+            raw = json.load(f)
+        for key, st in raw.get("tasks", {}).items():
+            if key in self.states:
+                self.states[key] = TaskState(**st)
+
+    def save_state(self) -> None:
+        atomic_write_json(self.state_path, {"tasks": {k: asdict(v) for k, v in self.states.items()}})
+        if self.cost_model is not None and hasattr(self.cost_model, "save") and self._cost_model_trained():
+            tmp = self.cost_model_path + ".tmp"
+            self.cost_model.save(tmp)
+            os.replace(tmp, self.cost_model_path)
+
+    def _cost_model_trained(self) -> bool:
+        return getattr(self.cost_model, "data_size", 0) > 0
+
+    def _make_cost_model(self):
+        from dynatune.search.costmodel import make_cost_model
+
+        kind, seed, ce = self.search.cost_model, self.search.seed, self.search.contextual_exploration
+        cm = make_cost_model(kind, seed, contextual_exploration=ce)
+        if os.path.exists(self.cost_model_path) and hasattr(cm, "load"):
+            try:
+                cm.load(self.cost_model_path)
+            except Exception:  # a stale or foreign file: retrain from scratch
+                cm = make_cost_model(kind, seed, contextual_exploration=ce)
+        return cm
+
+    # -- warm start ------------------------------------------------------------------------------
+    def import_records(self, other: TuningDatabase, keys) -> int:
+        """Copy another run's records of tasks ``keys`` into this session's database; returns how many."""
+        return self.db.import_records(other, keys)
+
+    def adopt_progress(self, key: str, earlier: dict) -> None:
+        """Carry over an earlier run's progress on task ``key`` (its ``session.json`` entry): history,
+        seconds, trials, and its untuned latency if this run has not measured it. A task already tuned
+        here keeps its own."""
+        st = self.states[key]
+        if st.history:
+            return
+        st.history = [list(h) for h in earlier.get("history", [])]
+        st.seconds, st.trials = earlier.get("seconds", 0.0), earlier.get("trials", 0)
+        if st.default_s is None:
+            st.default_s = earlier.get("default_s")
+
+    # -- queries ---------------------------------------------------------------------------------
+    def state(self, i: int) -> TaskState:
+        return self.states[self.tasks[i].key]
+
+    def best_latency(self, i: int) -> float:
+        """Best known latency of task i in seconds: tuned or default, whichever is lower."""
+        t = self.tasks[i]
+        d = self.states[t.key].default_s
+        return min(self.db.best_latency(t.key), d if d is not None else math.inf)
+
+    def estimated_latency(self) -> float:
+        """The objective: sum over tasks of weight x best latency (seconds).
+
+        A task with no latency at all (its default schedule failed, or is not measured yet, and it has no
+        record) is left out, never counted as infinite: :meth:`excluded_tasks` names those.
+        """
+        return sum(t.weight * b for t in self.tasks if math.isfinite(b := self.best_latency(t.index)))
+
+    def excluded_tasks(self) -> list[str]:
+        """Names of the tasks :meth:`estimated_latency` leaves out (no finite latency known)."""
+        return [t.name for t in self.tasks if not math.isfinite(self.best_latency(t.index))]
+
+    def untuned_estimated_latency(self) -> float:
+        """Sum over tasks of weight x default latency, leaving out tasks whose default failed."""
+        return sum(
+            t.weight * d
+            for t in self.tasks
+            if (d := self.states[t.key].default_s) is not None and math.isfinite(d)
+        )
+
+    # -- default (untuned) latencies -------------------------------------------------------------
+    def measure_defaults(self) -> dict[int, float]:
+        """Measure each task's default schedule once; later calls (and processes) reuse the values."""
+        from tvm.s_tir import Schedule
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+        todo = [t for t in self.tasks if self.states[t.key].default_s is None]
+        if todo:
+            cands = [
+                MeasureCandidate(
+                    Schedule(default_schedule(t.mod, self.target)), ArgInfo.from_prim_func(t.mod["main"])
+                )
+                for t in todo
+            ]
+            results, _, _ = self._build_and_run(cands, tasks=todo)
+            for t, res in zip(todo, results):
+                secs = mean_secs(res.run_secs) if res.run_secs is not None else math.inf
+                st = self.states[t.key]
+                st.default_s = secs
+                if not math.isfinite(secs):
+                    st.note = "default schedule failed: " + short_error(res.error_msg)
+            self.save_state()
+        return {t.index: self.states[t.key].default_s for t in self.tasks}
+
+    # -- tuning ----------------------------------------------------------------------------------
+    def _context(self, i: int):
+        if i in self._contexts:
+            return self._contexts[i]
+        from tvm.s_tir import meta_schedule as ms
+
+        from dynatune.search.intrinsics import import_tensor_intrinsics
+
+        import_tensor_intrinsics()  # before TuneContext imports it, slowly
+        t = self.tasks[i]
+        s = self.search
+        strategy = ms.search_strategy.EvolutionarySearch(
+            population_size=s.population_size,
+            init_measured_ratio=s.init_measured_ratio,
+            init_min_unmeasured=s.init_min_unmeasured,
+            genetic_num_iters=s.genetic_num_iters,
+            genetic_mutate_prob=s.genetic_mutate_prob,
+            eps_greedy=s.eps_greedy,
+        )
+        ctx = ms.TuneContext(
+            mod=t.mod,
+            target=self.target,
+            space_generator="post-order-apply",
+            search_strategy=strategy,
+            task_name=t.name,
+            rand_state=(s.seed * 7919 + i) % (2**31 - 1),
+            num_threads=max(1, self.builder.max_workers),
+        )
+        self.db.workload(t.key, t.mod)
+        ctx.pre_tuning(
+            max_trials=s.max_trials_per_task,
+            num_trials_per_iter=s.trials_per_iter,
+            design_spaces=ctx.generate_design_space(),
+            database=self.db.memory,
+            cost_model=self.cost_model,
+        )
+        self._contexts[i] = ctx
+        return ctx
+
+    def warm_up(self) -> None:
+        """Pay the one-off costs now: worker pools, and TVM's tensor-intrinsic registry."""
+        from dynatune.search.intrinsics import import_tensor_intrinsics
+
+        import_tensor_intrinsics()  # TuneContext would import it on first use, slowly
+        self.builder.warm_up()
+
+    def tune(
+        self, i: int, *, seconds: float | None = None, trials: int | None = None, batch: int | None = None
+    ) -> RoundResult:
+        """Tune task ``i`` for a slot of ``seconds`` (or at least ``trials`` trials, in whole batches).
+
+        A slot always measures at least one batch, and stops before a batch that would overrun it by
+        more than half a batch. ``batch`` measures at most that many of each batch's candidates (the
+        search's best-ranked first): a short first batch for the coverage pass.
+        """
+        if seconds is None and trials is None:
+            raise ValueError("give seconds or trials")
+        t = self.tasks[i]
+        st = self.states[t.key]
+        res = RoundResult(task=i, task_name=t.name, best_before_s=self.best_latency(i))
+        start = time.perf_counter()
+        if st.exhausted:
+            res.exhausted = True
+            res.note = st.note
+            res.best_after_s = res.best_before_s
+            return res
+        t0 = time.perf_counter()
+        ctx = self._context(i)  # once per task and process: design space + search state
+        res.search_s += time.perf_counter() - t0
+        batch_s = 0.0
+        slot_start = time.perf_counter()  # the slot is for tuning; the one-off set-up above is not in it
+        while True:
+            elapsed = time.perf_counter() - slot_start
+            if trials is not None and res.trials >= trials:
+                break
+            if (
+                seconds is not None
+                and trials is None
+                and res.trials > 0
+                and (elapsed >= seconds or elapsed + 0.5 * batch_s > seconds)
+            ):
+                break
+            b0 = time.perf_counter()
+            t0 = time.perf_counter()
+            cands = ctx.generate_measure_candidates()
+            if cands and batch is not None:
+                cands = list(cands)[:batch]
+            if i in self.first_candidates:
+                size = batch or self.search.trials_per_iter
+                head = list(self.first_candidates.pop(i)(ctx, size))[:size]
+                cands = head + list(cands or [])[: size - len(head)]
+            res.search_s += time.perf_counter() - t0
+            if not cands:
+                res.note, res.exhausted = self.retirement.search_exhausted(st), True
+                break
+            incumbent = self.best_latency(i)
+            results, build_s, measure_s = self._build_and_run(
+                cands, incumbent_s=incumbent, tasks=[t] * len(cands)
+            )
+            res.build_s += build_s
+            res.measure_s += measure_s
+            t0 = time.perf_counter()
+            ctx.notify_runner_results(cands, results)
+            measured = Batch(t, st, ctx, cands, results, incumbent, res)
+            for callback in self.batch_callbacks:
+                callback.apply(self, measured)
+            res.search_s += time.perf_counter() - t0
+            batch_s = time.perf_counter() - b0
+            if res.exhausted:
+                break
+        res.wall_s = time.perf_counter() - start
+        res.best_after_s = self.best_latency(i)
+        st.seconds += res.wall_s
+        st.trials += res.trials
+        st.errors += res.build_errors + res.run_errors
+        st.history.append([round(st.seconds, 4), st.trials, _finite_or_none(res.best_after_s)])
+        self.save_state()
+        return res
+
+    def _build_and_run(self, cands, incumbent_s: float | None = None, tasks: list[Task] | None = None):
+        """Build (in parallel) and measure candidates; one RunnerResult per candidate, in order.
+
+        ``tasks`` (the task of each candidate) lets the runner fill index arguments with valid indices.
+        """
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
+
+        from dynatune.search.builder import remove_artifact
+
+        t0 = time.perf_counter()
+        built = self.builder.build([BuilderInput(c.sch.mod, self.target) for c in cands])
+        build_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        dev = target_device(self.target)
+        idx = [k for k, b in enumerate(built) if b.error_msg is None]
+        self.runner.set_incumbent(incumbent_s)
+        self.runner.set_index_bounds(
+            bounds_by_args((c.args_info, self.index_bounds(t)) for c, t in zip(cands, tasks or []))
+        )
+        futures = self.runner.run([RunnerInput(built[k].artifact_path, dev, cands[k].args_info) for k in idx])
+        results = [RunnerResult(None, b.error_msg) for b in built]
+        for k, fut in zip(idx, futures):
+            results[k] = fut.result()
+            remove_artifact(built[k].artifact_path)
+        measure_s = time.perf_counter() - t0
+        return results, build_s, measure_s
+
+    def index_bounds(self, task: Task) -> dict[int, int]:
+        """``{param position: high}`` of the task's index arguments (:func:`dynatune.search.index_args.index_bounds`)."""
+        if task.key not in self._index_bounds:
+            self._index_bounds[task.key] = index_bounds(task.mod["main"])
+        return self._index_bounds[task.key]
+
+    def compile_database(self):
+        """A database holding, per task, its best record if (and only if) it beats the default schedule."""
+        from tvm.s_tir import meta_schedule as ms
+
+        out = ms.database.MemoryDatabase(module_equality="structural")
+        for t in self.tasks:
+            d = self.states[t.key].default_s
+            if self.db.best_latency(t.key) < (d if d is not None else math.inf):
+                wl = self.db.workload(t.key, t.mod)
+                top = self.db.memory.get_top_k(wl, 1)
+                if top:
+                    out.commit_workload(t.mod)
+                    out.commit_tuning_record(top[0])
+        return out
+
+    def close_workers(self) -> None:
+        """Stop the builder and runner worker pools (idle pools must not share the cores with a final
+        timing); the records and the state stay usable."""
+        self.builder.close()
+        self.runner.close()
+
+    def close(self) -> None:
+        self.measurement_log.close()
+        for ctx in self._contexts.values():
+            try:
+                ctx.post_tuning()
+            except Exception:
+                pass
+        self._contexts.clear()
+        self.save_state()
+        self.builder.close()
+        self.runner.close()
+        self.db.close()
+
+
+def default_schedule(mod, target):
+    """The untuned schedule: the PrimFunc as lowered (CPU), or the DLight rules the compiler uses (GPU)."""
+    if target.kind.name in ("cuda", "rocm", "vulkan", "metal", "opencl"):
+        from dynatune.compiler.compile import gpu_default_schedule
+
+        with target:
+            return gpu_default_schedule()(mod)
+    return mod
+
+
+def _finite_or_none(x: float):
+    return x if math.isfinite(x) else None

@@ -1,0 +1,167 @@
+"""Headroom beliefs on synthetic staircase curves with KNOWN headroom, the roofline, and the calibration scores."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+from synthetic_traces import staircase_traces
+
+from dynatune.beliefs import HeadroomBeliefs, make_beliefs, operator_kind
+from dynatune.bench.belief_calibration import CalibrationProbe, calibration_rows, calibration_scores
+from dynatune.bench.replay import default_slot, replay, total_trace_seconds
+from dynatune.errors import DynatuneError
+from dynatune.machine.roofline import Roofline, compulsory_bytes, machine_roofline
+from dynatune.schedulers import make_scheduler
+from dynatune.schedulers.base import TaskView
+
+P0, GAMMA, U_MEAN = 0.6, 0.6, 0.4  # staircase_traces' defaults: jump law and Beta(2, 3) mean
+
+
+class TrueGainProbe(CalibrationProbe):
+    """Also records the slot's TRUE expected gain, from the generator's floors and jump law."""
+
+    def __init__(self, beliefs, doc):
+        super().__init__(beliefs)
+        self.floor = {r["index"]: r["floor_s"] for r in doc["tasks"]}
+        self.true = []
+
+    def choose(self, ctx):
+        i = super().choose(ctx)
+        if i is not None:
+            t = ctx.tasks[i]
+            p = min(P0 * (t.visits + 1) ** -GAMMA, 1.0)
+            self.true.append(p * U_MEAN * t.weight * max(t.best_s - self.floor[i], 0.0))
+        return i
+
+
+def rank_vs_true_gain(name: str, seed: int) -> float:
+    doc = staircase_traces(seed=seed)
+    probe = TrueGainProbe(make_beliefs(name), doc)
+    replay(doc, probe, total_trace_seconds(doc), default_slot(doc))
+    rows, true = np.array(probe.rows), np.array(probe.true[: len(probe.rows)])
+    after_first = rows[:, 4] >= 2
+    return spearmanr(rows[after_first, 0], true[after_first])[0]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_headroom_ranks_the_true_expected_gain_far_better_than_the_curves(seed):
+    headroom, curves = rank_vs_true_gain("headroom", seed), rank_vs_true_gain("curves", seed)
+    assert headroom >= 0.9
+    assert headroom > curves + 0.3
+
+
+def test_jump_law_and_jump_size_are_recovered_from_many_staircases():
+    doc = staircase_traces(n_tasks=90, slots=20, seed=5)
+    model = HeadroomBeliefs()
+    replay(doc, CalibrationProbe(model), total_trace_seconds(doc), default_slot(doc))
+    for k in (2, 5, 15):
+        assert model.jump_probability(k) == pytest.approx(P0 * k**-GAMMA, abs=0.08)
+    assert model.u_mean == pytest.approx(U_MEAN, abs=0.1)
+
+
+def view(i, name, default, history, bound, weight=1):
+    return TaskView(i, name, f"k{i}", weight, 0.0, default, history, bound_s=bound)
+
+
+def test_headroom_is_the_gap_to_the_kinds_attainable_fraction():
+    # two convs with the same bound: one at 50 % of its roofline, one at 10 %
+    near = view(0, "fused_conv2d_add", 1.0, [(3.0, 8, 0.2), (6.0, 16, 0.2)], bound=0.1)
+    far = view(1, "fused_conv2d1_add1", 1.0, [(3.0, 8, 0.9), (6.0, 16, 0.9)], bound=0.1)
+    pool = view(2, "max_pool2d", 1.0, [], bound=0.001)  # a kind nothing was tuned in yet
+    m = HeadroomBeliefs(uplift=0.0)
+    m.observe([near, far, pool], 3.0)
+    assert m.phi_star["conv2d"] == pytest.approx(0.5)
+    assert m.floor(near) == pytest.approx(0.2) and m.floor(far) == pytest.approx(0.2)
+    assert m.predict(near, 3.0)[0] == 0.0  # at its kind's best fraction: no headroom without uplift
+    gain, std, note = m.predict(far, 3.0)
+    assert note == "headroom" and gain > 0 and std > 0
+    assert m.phi_star["max"] == pytest.approx(0.5)  # the median of the kinds tuned so far
+    lifted = HeadroomBeliefs(uplift=0.5)
+    lifted.observe([near, far, pool], 3.0)
+    assert lifted.phi_star["conv2d"] > 0.5 and lifted.predict(near, 3.0)[0] > 0.0
+    assert (
+        operator_kind("fused_conv2d7_add4_relu41") == "conv2d" and operator_kind("transpose1") == "transpose"
+    )
+    assert operator_kind("fused_matmul_add21") == "matmul"
+
+
+def test_dynatune_takes_the_belief_model_by_name():
+    assert isinstance(make_scheduler("dynatune", belief_model="headroom").model, HeadroomBeliefs)
+    with pytest.raises(DynatuneError, match="unknown belief model 'psychic'"):
+        make_scheduler("dynatune", belief_model="psychic")
+
+
+def test_calibration_scores_of_the_staircase():
+    rows = calibration_rows(staircase_traces(seed=0), make_beliefs("headroom"))
+    s = calibration_scores(rows)
+    assert s["slots"] > 200 and 0.6 < s["zero_gain_share"] < 0.95
+    assert -1 <= s["spearman"] <= 1 and 0 <= s["coverage"] <= 1
+    assert calibration_scores(rows[:2])["spearman"] is None
+
+
+def test_roofline_bound_and_bytes(tmp_path, cpu_target):
+    roof = Roofline(peak_flops=1e11, bandwidth=1e10)
+    assert roof.bound_s(2e9, 1e6) == pytest.approx(0.02) and roof.bound_s(0, 1e9) == pytest.approx(0.1)
+    from helpers import make_tiny_onnx
+
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
+
+    model = load_model(make_tiny_onnx(str(tmp_path / "t.onnx")), {"x": (1, 3, 16, 16)})
+    conv = next(t for t in extract_tasks(model, cpu_target) if t.name.startswith("fused_conv2d_add_relu"))
+    # input 3x16x16, weight 8x3x3x3, bias 8, output 8x16x16, float32
+    assert compulsory_bytes(conv.mod) == 4 * (3 * 256 + 8 * 27 + 8 + 8 * 256)
+    measured = machine_roofline(cpu_target, cache_dir=str(tmp_path / "roof"))
+    assert measured.peak_flops > 1e9 and measured.bandwidth > 1e8 and "llvm" in measured.fingerprint
+    again = machine_roofline(cpu_target, cache_dir=str(tmp_path / "roof"))
+    assert again == measured  # cached per machine: not measured twice
+    assert math.isfinite(measured.bound_s(conv.flops, compulsory_bytes(conv.mod)))
+
+
+@pytest.mark.slow
+def test_a_live_tuner_gives_the_scheduler_each_tasks_bound_and_headroom_beliefs(tmp_path, cpu_target):
+    from helpers import make_tiny_onnx
+
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
+    from dynatune.run.tuner import Tuner
+    from dynatune.search.measure import MeasureConfig
+    from dynatune.search.session import SearchConfig, TuningSession
+
+    tasks = extract_tasks(load_model(make_tiny_onnx(str(tmp_path / "t.onnx"), batch=1)), cpu_target)
+    session = TuningSession(
+        tasks,
+        cpu_target,
+        str(tmp_path / "work"),
+        search=SearchConfig(trials_per_iter=4),
+        measure=MeasureConfig(repeat=3, min_repeat_ms=5),
+    )
+    roof = Roofline(peak_flops=5e10, bandwidth=1e10)
+    tuner = Tuner(
+        session,
+        "dynatune",
+        budget_s=600,
+        slot_s=1.0,
+        scheduler_params={"belief_model": "headroom"},
+        roofline=roof,
+    )
+    try:
+        tuner.prepare()
+        for _ in range(len(tasks) + 2):
+            tuner.step()
+        views = tuner.context().tasks
+        conv = next(v for v in views if v.name.startswith("fused_conv2d"))
+        t = tasks[conv.index]
+        assert (
+            conv.bound_s == pytest.approx(roof.bound_s(t.flops, compulsory_bytes(t.mod))) and conv.bound_s > 0
+        )
+        notes = {b.note for b in tuner.belief_table()}
+        assert "headroom" in notes or any(n.startswith(("prior", "stalled")) for n in notes)
+    finally:
+        tuner.close()
+    bare = Tuner(TuningSession(tasks, cpu_target, str(tmp_path / "w2")), "gradient", budget_s=1, slot_s=1)
+    try:
+        assert bare.context().tasks[0].bound_s == 0.0  # no roofline: unknown
+    finally:
+        bare.close()

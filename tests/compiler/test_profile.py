@@ -1,0 +1,112 @@
+"""Final measurement: the compiled model timed side by side with ONNX Runtime, and its per-kernel profile
+(real TVM, real ONNX Runtime, the tiny conv net)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dynatune.compiler.compile import build, compile_and_verify, export
+from dynatune.compiler.fresh_timing import time_in_fresh_process
+from dynatune.compiler.profile import make_vm, write_profile
+from dynatune.compiler.runtime import onnxruntime_outputs, relax_vm
+from dynatune.compiler.timing import alternate, time_side_by_side
+from dynatune.errors import DynatuneError
+from dynatune.model.extract import extract_tasks
+from dynatune.model.importer import load_model
+from dynatune.search.session import TuningSession
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, cpu_target):
+    from helpers import make_tiny_onnx
+
+    d = tmp_path_factory.mktemp("tiny")
+    model = load_model(make_tiny_onnx(str(d / "tiny.onnx"), batch=1))
+    return model, extract_tasks(model, cpu_target), d
+
+
+def test_alternate_swaps_the_order_every_round():
+    order = []
+    a, b = alternate(lambda: order.append("a") or 1.0, lambda: order.append("b") or 2.0, rounds=3)
+    assert a == [1.0] * 3 and b == [2.0] * 3
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # one warm-up each, then a-b, b-a, a-b
+
+
+def test_side_by_side_with_onnxruntime(tiny, cpu_target):
+    import tvm
+
+    model, _, d = tiny
+    dev = tvm.cpu()
+    vm = relax_vm(build(model, cpu_target, None), dev)
+    inputs = model.random_inputs(0)
+    sess, _ = onnxruntime_outputs(model, inputs, threads=2)
+    sbs = time_side_by_side(vm, sess, inputs, dev, rounds=3, block_ms=30)
+    assert len(sbs.tvm_ms) == len(sbs.ort_ms) == len(sbs.ratios) == 3
+    assert all(0 < x < 100 for x in sbs.tvm_ms + sbs.ort_ms)
+    assert sbs.ratios == pytest.approx([t / o for t, o in zip(sbs.tvm_ms, sbs.ort_ms)])
+    assert sbs.ratio_min <= sbs.ratio_median <= sbs.ratio_max
+    assert sbs.tvm_median_ms == pytest.approx(float(np.median(sbs.tvm_ms)))
+    assert sbs.as_dict()["rounds"] == 3
+
+    rep = compile_and_verify(
+        model, cpu_target, None, str(d / "model.so"), threads=2, repeat=3, measure_untuned=False
+    )
+    assert rep.numerics_ok and rep.side_by_side_rounds == 3
+    assert rep.ratio_vs_onnxruntime_min <= rep.ratio_vs_onnxruntime <= rep.ratio_vs_onnxruntime_max
+    assert rep.latency_ms > 0 and rep.onnxruntime_latency_ms > 0
+
+
+def test_fresh_process_timing_and_a_bad_artifact_is_a_one_line_error(tiny, cpu_target, tmp_path):
+    model, _, _ = tiny
+    path = export(build(model, cpu_target, None), str(tmp_path / "model.so"))
+    sbs = time_in_fresh_process(path, model, threads=1, rounds=2, block_ms=20)
+    assert len(sbs.tvm_ms) == len(sbs.ort_ms) == 2 and all(x > 0 for x in sbs.tvm_ms + sbs.ort_ms)
+    with pytest.raises(DynatuneError, match="missing.so against ONNX Runtime failed") as err:
+        time_in_fresh_process(str(tmp_path / "missing.so"), model, rounds=1)
+    assert "\n" not in str(err.value)
+
+
+def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_path):
+    model, tasks, _ = tiny
+    path = export(build(model, cpu_target, None), str(tmp_path / "model.so"))
+    session = TuningSession(tasks, cpu_target, str(tmp_path / "work"))
+    try:
+        session.measure_defaults()
+        prof = write_profile(
+            path, model, session, str(tmp_path / "report"), rounds=2, block_ms=30, task_block_ms=5
+        )
+    finally:
+        session.close()
+    # every task is a kernel the model calls, or listed as never called (the reshape the VM does as a view)
+    called = {k["task"] for k in prof["kernels"] if k["task"] is not None}
+    never = {t["task"] for t in prof["tasks_not_called"]}
+    assert called | never == {t.index for t in tasks} and not called & never
+    for k in prof["kernels"]:
+        if k["task"] is not None:
+            assert k["name"] == tasks[k["task"]].name and k["calls"] == tasks[k["task"]].weight
+            assert k["name"] in prof["kernels_timed_by_call"] and k["alone_ms"] > 0
+    assert not any(k["name"].startswith("vm.builtin.") for k in prof["kernels"] if k["task"] is not None)
+    # the model time splits into kernels, other calls and time between calls; the gap to the estimate too
+    m = prof["model_ms"]
+    assert m > 0 and prof["kernel_ms"] > 0
+    assert prof["kernel_ms"] + prof["calls_without_task_ms"] + prof["between_calls_ms"] == pytest.approx(m)
+    assert sum(prof["gap"].values()) == pytest.approx(m - prof["estimate_ms"])
+    alone = {
+        k["task"]: k["alone_ms"] for k in prof["kernels"] + prof["tasks_not_called"] if k["task"] is not None
+    }
+    assert prof["estimate_ms"] == pytest.approx(sum(t.weight * alone[t.index] for t in tasks))
+    assert prof["estimate_over_model"] == pytest.approx(prof["estimate_ms"] / m)
+    with open(tmp_path / "report" / "profile.json") as f:
+        assert json.load(f)["model_ms"] == m
+    md = (tmp_path / "report" / "profile.md").read_text()
+    assert all(k["name"] in md for k in prof["kernels"]) and "between calls" in md
+
+
+def test_profile_vm_from_executable_in_memory(tiny, cpu_target):
+    import tvm
+
+    model, _, _ = tiny
+    vm = make_vm(build(model, cpu_target, None), tvm.cpu())
+    x = tvm.runtime.tensor(model.random_inputs(0)[model.inputs[0].name], tvm.cpu())
+    assert vm["main"](x).numpy().shape == (1, 10)

@@ -1,0 +1,550 @@
+"""Operations: registry-triggered tuning, warm start across versions, compare, nightly deployments on a
+real Prefect server, measurement through a TVM RPC tracker with two device servers.
+
+All real: Prefect flows (local ephemeral mode, and a server started here on loopback), MLflow on SQLite
+(tracking and Model Registry), TVM tuning of a tiny model with budgets of a few seconds.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from helpers import ROOT, make_tiny_onnx
+from servers import free_port as _free_port
+from servers import register_model
+from servers import stop_process as _stop
+from servers import wait_for as _wait_for
+
+pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
+
+NAME = "tiny-net"
+FAST = {
+    "budget_s": 4,
+    "slot_s": 2,
+    "search": {"trials_per_iter": 4, "population_size": 32},
+    "measure": {"repeat": 3, "min_repeat_ms": 5},
+    "compile": {"measure_untuned": False, "measure_onnxruntime": False, "profile": False},
+}
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory, prefect_stack):
+    """Two model versions registered one after the other, with watcher iterations in between.
+
+    (It asks for ``prefect_stack`` only so that the Prefect server starts in the background meanwhile.)
+    """
+    from dynatune.search.intrinsics import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+
+    d = tmp_path_factory.mktemp("registry")
+    import mlflow
+
+    # everything set here is put back afterwards: later tests' subprocesses copy this environment
+    saved = {
+        k: os.environ.get(k)
+        for k in (
+            "PREFECT_HOME",
+            "PREFECT_API_URL",
+            "MLFLOW_TRACKING_URI",
+            "PREFECT_SERVER_ANALYTICS_ENABLED",
+            "PREFECT_LOGGING_LEVEL",
+        )
+    }
+    saved_uris = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
+    os.environ["PREFECT_HOME"] = str(d / ".prefect")  # Prefect's local ephemeral mode, in a temp dir
+    os.environ.pop("PREFECT_API_URL", None)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    try:
+        from flows.registry import watch_registry
+
+        uri = f"sqlite:///{d / 'mlflow.db'}"
+        v1 = make_tiny_onnx(str(d / "v1.onnx"), batch=1, channels=8)
+        v2 = make_tiny_onnx(str(d / "v2.onnx"), batch=1, channels=8, extra_layer=True)
+        out = {"dir": d, "uri": uri, "v1_path": v1, "v2_path": v2}
+
+        def watch():
+            return watch_registry([NAME], dict(FAST), uri, work_root=str(d / "runs"))
+
+        t0 = time.perf_counter()
+        out["version1"] = register_model(uri, NAME, v1, str(d / "artifacts"))
+        out["pass1"] = watch()  # tunes version 1
+        out["pass2"] = watch()  # nothing new
+        out["version2"] = register_model(uri, NAME, v2, str(d / "artifacts"))
+        out["pass3"] = watch()  # tunes version 2, warm-started from version 1
+        out["wall_s"] = time.perf_counter() - t0
+        yield out
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        mlflow.set_tracking_uri(saved_uris[0])
+        mlflow.set_registry_uri(saved_uris[1])
+
+
+def test_new_model_version_triggers_a_tuning_run_linked_back(registry):
+    from mlflow import MlflowClient
+
+    uri, v1 = registry["uri"], registry["version1"]
+    assert [(r["version"], r["status"]) for r in registry["pass1"]] == [(v1, "tuned")], registry["pass1"]
+    run_id = registry["pass1"][0]["run_id"]
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["model_version"] == v1 and run.data.tags["registered_model"] == NAME
+    assert run.data.tags["trigger"] == "registry"
+    assert client.get_experiment(run.info.experiment_id).name == f"dynatune/{NAME}"
+    assert "compiled/model.so" in {a.path for a in client.list_artifacts(run_id, "compiled")}
+    assert run.data.metrics["numerics_ok"] == 1.0
+    # exactly that version was tuned: version 1's graph (6 tasks, with the NHWC transpose before its
+    # classifier; version 2 adds a conv)
+    work = registry["dir"] / "runs" / NAME / f"v{v1}"
+    assert len(json.load(open(work / "tasks.json"))) == 6
+    assert json.load(open(work / "config.json"))["model"]["version"] == v1
+    # linked back: tags on the model version
+    tags = client.get_model_version(NAME, v1).tags
+    assert tags["dynatune.tuned_run_id"] == run_id and tags["dynatune.status"] == "tuned"
+    assert tags["dynatune.artifact_uri"] == f"runs:/{run_id}/compiled/model.so"
+    assert float(tags["dynatune.latency_ms"]) > 0
+    # the linked artifact downloads and is a shared library
+    import mlflow
+
+    so = mlflow.artifacts.download_artifacts(
+        artifact_uri=tags["dynatune.artifact_uri"], dst_path=str(registry["dir"] / "dl"), tracking_uri=uri
+    )
+    with open(so, "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+
+
+def test_second_pass_does_not_retune_and_alias_follows_newest(registry):
+    from mlflow import MlflowClient
+
+    uri = registry["uri"]
+    assert registry["pass2"] == []  # version 1 already tuned: nothing to do
+    v2 = registry["version2"]
+    assert [(r["version"], r["status"]) for r in registry["pass3"]] == [(v2, "tuned")], registry["pass3"]
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    assert str(client.get_model_version_by_alias(NAME, "tuned").version) == v2  # the newest tuned version
+    runs = client.search_runs([client.get_experiment_by_name(f"dynatune/{NAME}").experiment_id])
+    assert sorted(r.data.tags["model_version"] for r in runs) == sorted([registry["version1"], v2])
+    assert len(json.load(open(registry["dir"] / "runs" / NAME / f"v{v2}" / "tasks.json"))) == 7
+    from tasks.registry import tuned_version
+
+    assert tuned_version(uri, NAME)["version"] == v2
+
+
+def test_warm_start_across_versions(registry, cpu_target, tmp_path):
+    """Version 2 (one extra conv) warm-started from version 1's work dir: matched tasks start at their old
+    best latency, only the new task has no records."""
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
+    from dynatune.run.warmstart import warm_start
+    from dynatune.search.measure import MeasureConfig
+    from dynatune.search.session import SearchConfig, TuningSession
+
+    d = registry["dir"]
+    old_dir = str(d / "runs" / NAME / f"v{registry['version1']}")
+    old_tasks = extract_tasks(load_model(registry["v1_path"]), cpu_target)
+    new_tasks = extract_tasks(load_model(registry["v2_path"]), cpu_target)
+    from dynatune.search.database import TuningDatabase
+
+    old_db = TuningDatabase(os.path.join(old_dir, "db"), read_only=True)
+    old_state = json.load(open(os.path.join(old_dir, "session.json")))["tasks"]
+    old_best = {t.key: min(old_db.best_latency(t.key), old_state[t.key]["default_s"]) for t in old_tasks}
+    assert any(old_db.num_records(k) for k in old_best)
+
+    s = TuningSession(
+        new_tasks,
+        cpu_target,
+        str(tmp_path / "v2"),
+        search=SearchConfig(trials_per_iter=4, population_size=32),
+        measure=MeasureConfig(repeat=3),
+    )
+    try:
+        rep = warm_start(s, [old_dir])
+        matched = [t for t in new_tasks if t.key in old_best]
+        new = [t for t in new_tasks if t.key not in old_best]
+        assert len(matched) == len(old_tasks) and len(new) == 1  # the extra 1x1 conv is the only new task
+        assert rep["matched_tasks"] == len(matched) and rep["records"] == old_db.num_records()
+        for t in matched:
+            assert s.best_latency(t.index) == pytest.approx(old_best[t.key], rel=1e-12), t.name
+            assert s.db.num_records(t.key) == old_db.num_records(t.key)
+            assert s.state(t.index).history == old_state[t.key]["history"]
+        for t in new:
+            assert s.db.num_records(t.key) == 0 and not s.state(t.index).history
+            assert s.state(t.index).default_s is None  # still to be measured, then tuned
+        # importing the same source again adds nothing
+        assert warm_start(s, [old_dir])["records"] == 0
+    finally:
+        s.close()
+
+    # and the registry-triggered run of version 2 was warm-started from version 1 the same way
+    v2_dir = d / "runs" / NAME / f"v{registry['version2']}"
+    assert old_dir in json.load(open(v2_dir / "warm_start.json"))
+    st2 = json.load(open(v2_dir / "session.json"))["tasks"]
+    for t in matched:
+        assert st2[t.key]["history"][: len(old_state[t.key]["history"])] == old_state[t.key]["history"]
+
+
+def test_compare_two_runs(registry, tmp_path):
+    runs = [registry["pass1"][0]["run_id"], registry["pass3"][0]["run_id"]]
+    out = tmp_path / "compare.png"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dynatune.cli",
+            "compare",
+            *runs,
+            "--tracking-uri",
+            registry["uri"],
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    for rid in runs:
+        assert rid[:8] in p.stdout
+    assert "wrote" in p.stdout
+    with open(out, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert out.stat().st_size > 5000
+    assert len(list(tmp_path.glob("*.png"))) == 1
+
+
+# -- nightly deployments on a real Prefect server --------------------------------------------------
+class PrefectStack:
+    """A Prefect server on loopback and `dynatune serve` registered with it, started in the background
+    (a thread waits for the server's /api/health, then starts `serve`), so both start while the
+    registry tests tune."""
+
+    def __init__(self, d):
+        self.dir = d
+        self.api = f"http://127.0.0.1:{_free_port()}/api"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+        env.update(
+            PYTHONPATH=ROOT,
+            PREFECT_HOME=str(d / "prefect-home"),
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            PREFECT_LOGGING_LEVEL="WARNING",
+            PREFECT_SERVER_LOGGING_LEVEL="WARNING",
+        )
+        self.env = env
+        self.cfg = d / "tiny.yaml"
+        model = make_tiny_onnx(str(d / "tiny.onnx"), batch=1)
+        self.cfg.write_text(f"model: {{path: {model}}}\nbudget_s: 4\nslot_s: 2\nwork_dir: {d / 'work'}\n")
+        self.logs = [open(d / "server.log", "w"), open(d / "serve.log", "w")]
+        port = self.api.split(":")[-1].split("/")[0]
+        self.server = subprocess.Popen(
+            [
+                os.path.join(os.path.dirname(sys.executable), "prefect"),
+                "server",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                port,
+            ],
+            env=env,
+            stdout=self.logs[0],
+            stderr=subprocess.STDOUT,
+            cwd=str(d),
+        )
+        self.serve = self.deploy = None
+        self.error = None
+        self.thread = threading.Thread(target=self._start_serve, daemon=True)
+        self.thread.start()
+
+    def _start_serve(self):
+        try:
+            _wait_for(
+                lambda: urllib.request.urlopen(self.api + "/health", timeout=2).read() == b"true",
+                150,
+                "the Prefect server's /api/health",
+                self.server,
+            )
+            # prefect.yaml's deployments, as a cluster gets them: a process work pool + prefect deploy (first:
+            # `serve` then re-registers watch_registry/watch-registry with its own parameters)
+            prefect = os.path.join(os.path.dirname(sys.executable), "prefect")
+            env = dict(self.env, PREFECT_API_URL=self.api)
+            for cmd in (
+                [prefect, "work-pool", "create", "dynatune", "--type", "process"],
+                [prefect, "--no-prompt", "deploy", "--all"],
+            ):
+                self.deploy = subprocess.run(
+                    cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+                )
+                if self.deploy.returncode != 0:
+                    break
+            self.serve = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "dynatune.cli",
+                    "serve",
+                    str(self.cfg),
+                    "--watch",
+                    NAME,
+                    "--tracking-uri",
+                    f"sqlite:///{self.dir / 'mlflow.db'}",
+                    "--every",
+                    "5",
+                ],
+                env=env,
+                stdout=self.logs[1],
+                stderr=subprocess.STDOUT,
+                cwd=str(self.dir),
+            )
+        except BaseException as exc:
+            self.error = exc
+
+    def ready(self):
+        self.thread.join(180)
+        if self.error:
+            raise self.error
+        assert self.serve is not None, "`dynatune serve` did not start"
+        return self
+
+    def stop(self):
+        self.thread.join(180)
+        for p in (self.serve, self.server):
+            if p is not None:
+                _stop(p)
+        for f in self.logs:
+            f.close()
+
+
+@pytest.fixture(scope="module")
+def prefect_stack(tmp_path_factory):
+    stack = PrefectStack(tmp_path_factory.mktemp("prefect"))
+    yield stack
+    stack.stop()
+
+
+def test_nightly_deployments_registered_on_prefect_server(prefect_stack):
+    st = prefect_stack.ready()
+    api, env, serve = st.api, st.env, st.serve
+    nightly_name, watcher_name = "tune_model/nightly-retune-tiny", "watch_registry/watch-registry"
+
+    def registered():
+        d = _deployments(api, env, nightly_name, watcher_name)
+        # registered, and the server's scheduler has planned the coming nightly runs
+        return d if d[nightly_name]["runs"] else None
+
+    deps = _wait_for(registered, 150, "the deployments served by `dynatune serve`", serve)
+    nightly = deps[nightly_name]
+    assert nightly["schedules"] == [
+        {"cron": "0 2 * * *", "interval": None, "timezone": "UTC", "active": True}
+    ]
+    assert nightly["parameters"] == {"config": str(st.cfg), "retune": True}
+    starts = [r["start"] for r in nightly["runs"]]
+    assert all(r["state"] == "Scheduled" for r in nightly["runs"])
+    assert all(x.endswith("T02:00:00+00:00") for x in starts), starts  # every night at 02:00 UTC
+    assert len(set(x[:10] for x in starts)) == len(starts)  # one per night
+    watcher = deps[watcher_name]
+    assert [s["interval"] for s in watcher["schedules"]] == [300.0]
+    assert watcher["parameters"]["names"] == [NAME] and watcher["parameters"]["tracking_uri"].startswith(
+        "sqlite"
+    )
+    # the watcher's first run is due right after start-up: `dynatune serve` runs it by itself
+    runs = []
+
+    def watcher_ran():
+        runs[:] = _deployments(api, env, watcher_name)[watcher_name]["runs"]
+        assert not any(r["state"] in ("Failed", "Crashed") for r in runs), runs
+        return any(r["state"] == "Completed" for r in runs)
+
+    try:
+        _wait_for(watcher_ran, 180, "the served watcher's first run to complete", serve)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; watcher runs: {runs[:3]}") from None
+
+
+def test_prefect_yaml_deploys_to_a_process_work_pool(prefect_stack):
+    st = prefect_stack.ready()
+    assert st.deploy.returncode == 0, (st.deploy.stdout + st.deploy.stderr)[-3000:]
+    name = "tune_model/nightly-retune-quickstart"
+    nightly = _deployments(st.api, st.env, name)[name]
+    assert nightly["work_pool"] == "dynatune" and nightly["entrypoint"] == "flows/tune_model.py:tune_model"
+    assert nightly["schedules"] == [
+        {"cron": "0 2 * * *", "interval": None, "timezone": "UTC", "active": True}
+    ]
+    assert nightly["parameters"] == {"config": "configs/quickstart.yaml", "retune": True}
+    assert os.path.exists(os.path.join(ROOT, nightly["parameters"]["config"]))
+    assert nightly["pull_steps"] == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $DYNATUNE_HOME }}"}}
+    ]
+    # (the served watch_registry/watch-registry has since replaced prefect.yaml's, of the same name)
+    out = " ".join(st.deploy.stdout.split())
+    for dep in (name, "watch_registry/watch-registry"):
+        assert f"Deployment '{dep}' successfully created" in out, out[-2000:]
+
+
+_READ = r"""
+import asyncio, json, sys
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+from prefect.client.schemas.sorting import FlowRunSort
+
+async def main(names):
+    out = {}
+    async with get_client() as c:
+        for name in names:
+            d = await c.read_deployment_by_name(name)
+            runs = await c.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[d.id])),
+                                          sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=20)
+            out[name] = {
+                "parameters": d.parameters,
+                "schedules": [{"cron": getattr(s.schedule, "cron", None),
+                               "interval": s.schedule.interval.total_seconds() if hasattr(s.schedule, "interval") else None,
+                               "timezone": getattr(s.schedule, "timezone", None), "active": s.active}
+                              for s in d.schedules],
+                "runs": [{"state": r.state_name, "start": r.expected_start_time.isoformat()} for r in runs],
+                "work_pool": d.work_pool_name, "entrypoint": d.entrypoint, "pull_steps": d.pull_steps}
+    print(json.dumps(out))
+
+asyncio.run(main(sys.argv[1:]))
+"""
+
+
+def _client_query(api, env, *args):
+    p = subprocess.run(
+        [sys.executable, "-c", _READ, *args],
+        env=dict(env, PREFECT_API_URL=api),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-1000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _deployments(api, env, *names):
+    return _client_query(api, env, *names)
+
+
+# -- scale-out: measurements through a TVM RPC tracker and two device servers -----------------------
+def test_rpc_tracker_farm_with_adaptive_measurement(cpu_target, tmp_path):
+    from tvm import rpc
+    from tvm.rpc.tracker import Tracker
+    from tvm.s_tir.meta_schedule.runner import RPCRunner
+
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
+    from dynatune.search.measure import MeasureConfig, rpc_adaptive_evaluator
+    from dynatune.search.session import SearchConfig, TuningSession
+
+    tracker = Tracker(host="127.0.0.1", port=_free_port(), port_end=65000, silent=True)
+    servers = []
+    try:
+        for _ in range(2):
+            servers.append(
+                rpc.Server(
+                    host="127.0.0.1",
+                    port=_free_port(),
+                    port_end=65000,
+                    key="farm",
+                    silent=True,
+                    tracker_addr=("127.0.0.1", tracker.port),
+                )
+            )
+
+        def free_servers():
+            q = rpc.connect_tracker("127.0.0.1", tracker.port).summary()["queue_info"].get("farm", {})
+            return q.get("free", 0) == 2
+
+        _wait_for(free_servers, 60, "two device servers registered with the tracker")
+        model = load_model(make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1))
+        tasks = extract_tasks(model, cpu_target)
+        mc = MeasureConfig(
+            adaptive=True,
+            min_repeat_ms=5,
+            min_repeats=3,
+            max_repeats=8,
+            rpc={
+                "tracker_host": "127.0.0.1",
+                "tracker_port": tracker.port,
+                "tracker_key": "farm",
+                "max_workers": 2,
+                "session_timeout_s": 60,
+            },
+        )
+        s = TuningSession(
+            tasks,
+            cpu_target,
+            str(tmp_path / "work"),
+            search=SearchConfig(trials_per_iter=4, population_size=32),
+            measure=mc,
+        )
+        try:
+            assert type(s.runner.inner).__name__ == RPCRunner.__name__
+            defaults = s.measure_defaults()
+            assert all(math.isfinite(v) and v > 0 for v in defaults.values()), defaults
+            i = max(range(len(tasks)), key=lambda k: defaults[k])
+            r = s.tune(i, trials=4)
+            # the adaptive evaluator is the one the RPC runner calls, with the task's incumbent for racing
+            f = s.runner.inner.f_run_evaluator
+            assert f.func is rpc_adaptive_evaluator and f.keywords["rel_tol"] == mc.rel_tol
+            assert f.keywords["incumbent"] == pytest.approx(defaults[i])
+        finally:
+            s.close()
+        assert r.trials >= 4 and r.run_errors == 0 and r.build_errors < r.trials, r.errors
+        assert math.isfinite(r.best_after_s) and r.best_after_s <= r.best_before_s
+        ok = r.trials - r.build_errors
+        assert 3 * ok <= r.repeats <= 8 * ok  # adaptive: between min_repeats and max_repeats per candidate
+        assert s.db.num_records(tasks[i].key) >= 4
+    finally:
+        for srv in servers:
+            srv.terminate()
+        tracker.terminate()
+
+
+def test_retune_config_is_a_new_dated_run_warm_started_from_the_newest(tmp_path):
+    """What each nightly run tunes: a new work dir, the same store, warm-started from the newest earlier run."""
+    import datetime
+
+    from dynatune.run.config import load_config
+    from flows.tune_model import latest_run_dir, retune_config
+
+    base = tmp_path / "work"
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(
+        f"work_dir: {base}\nwarm_start: [{tmp_path / 'older'}]\ntracking: {{tags: {{team: a}}}}\n"
+    )
+    cfg = load_config(str(cfg_path))
+    assert latest_run_dir(str(base)) is None  # nothing tuned yet: no warm start from it
+    night1 = datetime.datetime(2026, 1, 2, 2, 0, tzinfo=datetime.timezone.utc)
+    r1 = retune_config(cfg, now=night1)
+    assert r1.work_dir == str(base / "retune" / "20260102T020000Z")
+    assert r1.warm_start == [str(tmp_path / "older")]
+    assert r1.tracking.uri == cfg.tracking.uri and r1.tracking.experiment == cfg.tracking.experiment
+    assert r1.tracking.tags == {"team": "a", "trigger": "retune", "retune_of": str(base)}
+    assert r1.tracking.run_name == "retune-20260102T020000Z"
+    assert r1.config_hash() == cfg.config_hash()  # same model, target, search: the same tuning problem
+
+    def records(d):
+        os.makedirs(d / "db", exist_ok=True)
+        (d / "db" / "records.jsonl").write_text('{"key": "k", "record": []}\n')
+
+    records(base)
+    assert retune_config(cfg, now=night1).warm_start[-1] == str(base)
+    records(base / "retune" / "20260102T020000Z")
+    (base / "retune" / "20260103T020000Z").mkdir()  # a night that crashed before any record
+    r3 = retune_config(cfg, now=night1 + datetime.timedelta(days=2))
+    assert r3.warm_start == [str(tmp_path / "older"), str(base / "retune" / "20260102T020000Z")]

@@ -1,0 +1,160 @@
+"""End to end: the real Prefect flow (local ephemeral mode), MLflow on SQLite, real TVM tuning."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import ROOT, make_tiny_onnx
+
+pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
+
+
+def _run(args, cwd, timeout=900):
+    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=os.path.join(cwd, ".prefect"))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "dynatune.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pipe")
+    model = make_tiny_onnx(str(d / "tiny.onnx"), batch=1, channels=16)  # a static 1x3x16x16 input...
+    cfg = d / "cfg.yaml"
+    cfg.write_text(f"""
+model: {{path: {model}, shapes: {{x: [1, 3, 20, 20]}}}}  # ...tuned at another resolution
+budget_s: 16
+slot_s: 4
+work_dir: {d / "work"}
+search: {{trials_per_iter: 4, population_size: 32}}
+measure: {{repeat: 3, min_repeat_ms: 5}}
+tracking: {{run_name: e2e, tags: {{purpose: test}}}}
+""")
+    p = _run(["tune", str(cfg), "--json"], str(d))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return d, cfg, json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+def test_flow_tracks_every_round_in_mlflow(first_run):
+    from mlflow import MlflowClient
+
+    d, _, s, stderr = first_run
+    for k in (
+        "model",
+        "scheduler",
+        "tasks",
+        "rounds",
+        "trials",
+        "budget_s",
+        "wall_s",
+        "estimated_latency_ms",
+        "latency_ms",
+        "untuned_latency_ms",
+        "onnxruntime_latency_ms",
+        "max_rel_err",
+        "artifact",
+        "mlflow_run_id",
+        "work_dir",
+    ):
+        assert k in s, k
+    assert s["rounds"] >= 2 and s["trials"] >= 8
+    assert s["estimated_latency_ms"] <= s["initial_estimated_latency_ms"]
+    assert s["numerics_ok"] and s["max_rel_err"] < 1e-4
+    assert "round" in stderr  # the live view printed the rounds
+    client = MlflowClient(f"sqlite:///{d / 'work' / 'mlflow.db'}")
+    run = client.get_run(s["mlflow_run_id"])
+    assert run.data.tags["scheduler"] == "dynatune" and run.data.tags["model"] == "tiny"
+    assert run.data.tags["purpose"] == "test" and "model_sha256" in run.data.tags
+    assert run.data.params["budget_s"] == "16.0"
+    hist = client.get_metric_history(run.info.run_id, "estimated_latency_ms")
+    steps = sorted(m.step for m in hist)
+    assert steps[0] == 0 and len(set(steps)) >= s["rounds"]
+    for key in (
+        "task",
+        "belief_mean_ms",
+        "belief_std_ms",
+        "ucb_score",
+        "trials",
+        "measurements_saved",
+        "round_wall_s",
+    ):
+        assert len(client.get_metric_history(run.info.run_id, key)) == s["rounds"], key
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"beliefs", "report", "compiled", "tuning_db", "config.json", "summary.json", "tasks.json"} <= arts
+    beliefs = [a.path for a in client.list_artifacts(run.info.run_id, "beliefs")]
+    assert len(beliefs) == s["rounds"]
+    report = {os.path.basename(a.path) for a in client.list_artifacts(run.info.run_id, "report")}
+    assert {"convergence.png", "beliefs.png", "report.md"} <= report
+    assert run.info.status == "FINISHED"
+
+
+def test_compiled_library_loads_and_matches_onnxruntime(first_run):
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    from dynatune.model.importer import ModelInput, runtime_proto
+
+    d, _, s, _ = first_run
+    vm = relax.VirtualMachine(tvm.runtime.load_module(s["artifact"]), tvm.cpu())
+    x = np.random.default_rng(3).standard_normal((1, 3, 20, 20)).astype("float32")
+    y = vm["main"](tvm.runtime.tensor(x)).numpy()
+    proto = runtime_proto(
+        str(d / "tiny.onnx"), [ModelInput("x", (1, 3, 20, 20), "float32")]
+    )  # at the tuned shape
+    ref = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    assert np.max(np.abs(y - ref)) / np.max(np.abs(ref)) < 1e-4
+
+
+def test_rerun_continues_rounds(first_run):
+    d, cfg, s, _ = first_run
+    rounds_before = [json.loads(x) for x in open(d / "work" / "rounds.jsonl")]
+    p = _run(["tune", str(cfg), "--json", "--budget", str(s["elapsed_s"] + 6)], str(d))  # budget left: 6 s
+    assert p.returncode == 0, p.stderr[-3000:]
+    s2 = json.loads(p.stdout.strip().splitlines()[-1])
+    rounds_after = [json.loads(x) for x in open(d / "work" / "rounds.jsonl")]
+    assert s2["mlflow_run_id"] == s["mlflow_run_id"]  # the MLflow run is continued
+    assert rounds_after[: len(rounds_before)] == rounds_before  # finished rounds are not repeated
+    assert len(rounds_after) > len(rounds_before)
+    assert [r["round"] for r in rounds_after] == list(range(len(rounds_after)))
+    assert s2["estimated_latency_ms"] <= s["estimated_latency_ms"] + 1e-9
+    assert "resuming" in p.stderr
+
+
+def test_prestart_hands_its_early_server_to_prefect(tmp_path):
+    """`dynatune tune` starts Prefect's ephemeral server while TVM imports; the flow then uses that one."""
+    code = (
+        "from flows.startup import prestart\n"
+        "prestart()\n"
+        "import subprocess\n"
+        "from prefect import flow\n"
+        "from prefect.server.api.server import SubprocessASGIServer\n"
+        "s = SubprocessASGIServer()\n"
+        "assert s.running and isinstance(s.server_process, subprocess.Popen), 'not handed over'\n"
+        "pid = s.server_process.pid\n"
+        "@flow\n"
+        "def f():\n"
+        "    return 41 + 1\n"
+        "assert f() == 42\n"
+        "assert SubprocessASGIServer().server_process.pid == pid, 'Prefect started a second server'\n"
+        "print('OK', s.port)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(
+        PYTHONPATH=ROOT,
+        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_LOGGING_LEVEL="CRITICAL",
+    )
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-2000:]
