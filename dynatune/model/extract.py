@@ -8,13 +8,15 @@ Weight prepacking (CPU targets, on by default): every task is marked with the in
 that are model weights (``layout_free_buffers``, by ``relax.transform.AttachAttrLayoutFreeBuffers``), so
 MetaSchedule's ``RewriteLayout`` postprocessor lets a tuned conv2d/dense/matmul schedule pick the weight
 layout it reads best; the compiler then repacks the weights once at compile time (see
-:func:`dynatune.compiler.compile.build`). The attribute is part of the PrimFunc, hence of the key: a model tuned
-with prepacking and one tuned without have different keys for the same operator. The pass also renames
+:func:`dynatune.compiler.compile.build`). The attribute is part of the PrimFunc, hence of the key: a model
+tuned with prepacking and one tuned without have different keys for the same operator. The pass also renames
 the functions it marks (``fused_conv2d_add_relu`` becomes ``fused_conv2d_add_relu1``). GPU targets never
 prepack: MetaSchedule's CUDA postprocessors have no ``RewriteLayout``, and it is not verified there.
 
-Convolutions are converted to NHWC first on CPU targets (:mod:`dynatune.model.layout`). Both choices, and
-anything else that changes the tasks, are one :class:`Lowering`, which extraction and compilation share.
+Convolutions are converted to NHWC first on CPU targets (:mod:`dynatune.model.layout`), and exp, erf,
+tanh, sigmoid, softmax and GELU become vectorizable polynomials (:mod:`dynatune.model.fast_math`). These
+choices, and anything else that changes the tasks, are one :class:`Lowering`, which extraction and
+compilation share.
 """
 
 from __future__ import annotations
@@ -47,19 +49,31 @@ class Task:
 @dataclass(frozen=True)
 class Lowering:
     """How the model is lowered to tasks; extraction and compilation must use the same one, or no task key
-    matches. From the config: ``compile.prepack`` and ``compile.conv_layout``."""
+    matches. From the config: ``compile.prepack``, ``compile.conv_layout`` and ``compile.fast_math``."""
 
     prepack: bool = True
     conv_layout: str = "auto"
+    # CPU targets: exp/erf/tanh/sigmoid/softmax/GELU as vectorizable polynomials (dynatune.model.fast_math)
+    fast_math: bool = True
 
     def prepacks(self, target) -> bool:
         return uses_prepack(target, self.prepack)
+
+    def fast_maths(self, target) -> bool:
+        """Whether transcendental functions are rewritten for ``target``: as asked on CPU targets (where
+        libm's are scalar), never on GPU targets."""
+        from tvm.relax.pipeline import BackendDispatcher
+
+        return bool(self.fast_math) and not BackendDispatcher.is_gpu_target(target)
 
     def describe(self, target) -> str:
         """What changes the tasks, resolved for ``target`` (part of the task cache's key)."""
         from dynatune.model.layout import resolve_conv_layout
 
-        return f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
+        return (
+            f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
+            f"|fast_math={self.fast_maths(target)}"
+        )
 
 
 def uses_prepack(target, prepack: bool = True) -> bool:
@@ -75,16 +89,21 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
     Extraction and compilation both use exactly this list, so a task's key in the tuning database always
     matches the function the compiler looks up. Batch norm is decomposed and folded into the preceding
     convolution's epilogue first, so it costs no task of its own. Convolutions are converted to the
-    lowering's layout before anything else. With ``prepack`` (and a CPU target) the fused functions carry
+    lowering's layout before anything else. With ``fast_math`` (and a CPU target) exp, erf, tanh, sigmoid,
+    softmax and GELU become vectorizable polynomials before legalization, so they fuse as the originals
+    would (:mod:`dynatune.model.fast_math`). With ``prepack`` (and a CPU target) the fused functions carry
     their layout-free (weight) arguments.
     """
     from tvm import relax
 
+    from dynatune.model.fast_math import fast_math_pass
     from dynatune.model.layout import conv_layout_passes, resolve_conv_layout
 
     passes = conv_layout_passes(resolve_conv_layout(target, lowering.conv_layout))
-    passes += backend_passes(target, "library_dispatch_passes") + [
-        relax.transform.DecomposeOpsForInference(),
+    passes += backend_passes(target, "library_dispatch_passes") + [relax.transform.DecomposeOpsForInference()]
+    if lowering.fast_maths(target):
+        passes.append(fast_math_pass())
+    passes += [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
@@ -134,7 +153,8 @@ def task_key(mod) -> str:
 def extract_tasks(model, target, lowering: Lowering = Lowering()) -> list[Task]:
     """Every tunable task of ``model`` for ``target``, heaviest (weight x FLOPs) first.
 
-    ``lowering`` must be what the compiler is given (:func:`dynatune.compiler.compile.build`), or no key matches.
+    ``lowering`` must be what the compiler is given (:func:`dynatune.compiler.compile.build`), or no key
+    matches.
     """
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
