@@ -32,7 +32,8 @@ def main() -> None:
             out[m][name] = s
             print(
                 f"{m:18s} {name:9s} slots {s['slots']:4d}  spearman {_f(s['spearman'])}  "
-                f"seed-mean {_f(s['spearman_seed_mean'])}  weighted latency {_f(s['spearman_weighted_latency'])}  "
+                f"seed-mean {_f(s['spearman_seed_mean'])}  "
+                f"weighted latency {_f(s['spearman_weighted_latency'])}  "
                 f"coverage {_f(s['coverage'])}  zero-gain {_f(s['zero_gain_share'])}",
                 flush=True,
             )

@@ -75,7 +75,8 @@ def main() -> None:
     fits = getattr(getattr(sched, "model", None), "fits", None)
     if fits is not None:
         print(
-            f"curve fits: {fits} (every task with enough points at the cold start, then at most one per round)"
+            f"curve fits: {fits} (every task with enough points at the cold start, "
+            "then at most one per round)"
         )
 
 

@@ -5,8 +5,9 @@ of ``sess.run`` calls that needs the GIL after every call, but not TVM's side, w
     python bench/inprocess_timing_bias.py --model ../shared/models/transformer_tiny.onnx
 
 Times the untuned compiled model against ONNX Runtime side by side: in this process while a background
-thread spins for 0, 10 and 30 % of every 10 ms, and in a fresh process (``dynatune.compiler.fresh_timing``) at the
-same moments. Prints one line per condition (medians over alternating rounds).
+thread spins for 0, 10 and 30 % of every 10 ms, and in a fresh process
+(``dynatune.compiler.fresh_timing``) at the same moments. Prints one line per condition (medians over
+alternating rounds).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Seconds to import TVM's tensor-intrinsic registry: plain ``import tvm.s_tir.tensor_intrin`` vs
-:func:`dynatune.search.intrinsics.import_tensor_intrinsics`, each in a fresh process, bare and with Prefect and
-MLflow imported first (as in a flow run). TVM itself is imported before the clock starts.
+:func:`dynatune.search.intrinsics.import_tensor_intrinsics`, each in a fresh process, bare and with Prefect
+and MLflow imported first (as in a flow run). TVM itself is imported before the clock starts.
 
     python bench/intrinsics_import.py [--repeat 1]
 """

@@ -15,8 +15,9 @@ starts) is added to its runs' curves. Per B run: the time to reach B-cold's fina
 estimate (TTQ, x (1 + rtol)), the ratio TTQ(cold) / TTQ(run), the compiled model's latency at equal budget,
 the matched and transferred tasks, and the transferred first batches against the search's own.
 
-Resumable: each finished run is ``<out>/runs/A-<A>.json`` or ``<out>/runs/<pair>-<cold|library|transfer>.json``;
-``--skip PAIR-VARIANT`` leaves a B run out (where the machine time is short).
+Resumable: each finished run is ``<out>/runs/A-<A>.json`` or
+``<out>/runs/<pair>-<cold|library|transfer>.json``; ``--skip PAIR-VARIANT`` leaves a B run out (where the
+machine time is short).
 """
 
 import argparse
@@ -28,9 +29,10 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from dynatune.bench.livebench import run_one  # noqa: E402
 from dynatune.bench.replay import time_to_quality, ttq_ratio  # noqa: E402
-from dynatune.files import atomic_write_json  # noqa: E402
+from dynatune.files import WorkDir, atomic_write_json  # noqa: E402
 from dynatune.model.importer import parse_shape  # noqa: E402
 from dynatune.run.config import load_config  # noqa: E402
+from dynatune.run.summary import RunSummary  # noqa: E402
 
 LEVELS = (0.1, 0.5, 1.0)  # extra quality levels: within 10 %, 50 %, 2x of B-cold's final estimate
 B_VARIANTS = {"cold": ["library.enabled=false"], "library": [], "transfer": ["library.match_keys=false"]}
@@ -79,9 +81,9 @@ def run_saved(out: str, name: str, cfg) -> dict:
         with open(saved) as f:
             return json.load(f)
     res = run_one(cfg)
-    summary = json.load(open(os.path.join(cfg.work_dir, "report", "summary.json")))
-    res["library"] = summary.get("library")
-    res["curve"][0] = (0.0, summary["start_estimated_latency_ms"] / 1e3)  # with the library's records in it
+    summary = RunSummary.load(WorkDir(cfg.work_dir).summary)
+    res["library"] = summary.library
+    res["curve"][0] = (0.0, summary.start_estimated_latency_ms / 1e3)  # with the library's records in it
     seed_s = (res["library"] or {}).get("seed_s", 0.0)
     res["curve"] = [(t + seed_s, v) for t, v in res["curve"]]
     atomic_write_json(saved, res)

@@ -8,8 +8,9 @@ Chromium, and saves the page as a PNG:
 
 Without ``--runs``, the two most recent runs of the store's most recent ``dynatune/...`` experiment are
 compared. ``--view metric`` (default) is the UI's metric comparison: one chart with both runs' curves of
-``--metric`` over the rounds (step = round; ``--log-y`` for a log scale); ``--view compare`` is the "Compare runs" page (parameters,
-metrics, plots). Needs the Debian ``chromium`` package (``apt-get install -y chromium``).
+``--metric`` over the rounds (step = round; ``--log-y`` for a log scale); ``--view compare`` is the
+"Compare runs" page (parameters, metrics, plots). Needs the Debian ``chromium`` package
+(``apt-get install -y chromium``).
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def page_url(base: str, view: str, runs: list[str], exp_id: str, metric: str, lo
         return f"{base}/#/compare-runs?runs={q(json.dumps(runs))}&experiments={q(json.dumps([exp_id]))}"
     params = (
         f"runs={q(json.dumps(runs))}&metric={q(json.dumps(metric))}&experiments={q(json.dumps([exp_id]))}"
-        f"&plot_metric_keys={q(json.dumps([metric]))}&plot_layout={q('{}')}&x_axis=step&y_axis_scale={'log' if log_y else 'linear'}"
+        f"&plot_metric_keys={q(json.dumps([metric]))}&plot_layout={q('{}')}&x_axis=step"
+        f"&y_axis_scale={'log' if log_y else 'linear'}"
         f"&line_smoothness=1&show_point=true&deselected_curves={q('[]')}&last_linear_y_axis_range={q('[]')}"
     )
     return f"{base}/#/metric?{params}"

@@ -4,8 +4,8 @@
 
 Runs the same config twice, each in a fresh process on a fresh work dir, timed from outside (imports
 and start-up included): (A) the real pipeline as ``dynatune tune`` runs it (Prefect flow in local
-ephemeral mode + MLflow on SQLite), (B) the library alone (``dynatune.run.pipeline.run``: the same stages, no Prefect,
-no MLflow).
+ephemeral mode + MLflow on SQLite), (B) the library alone (``dynatune.run.pipeline.run``: the same stages,
+no Prefect, no MLflow).
 Both tune for the same budget, so the difference in wall time is the orchestration and tracking cost.
 Also reports the directly measured MLflow seconds and the per-round Prefect task overhead.
 """
@@ -40,9 +40,9 @@ def library_only(cfg) -> dict:
     s = run(cfg, callbacks=[rounds])
     return {
         "inner_wall_s": time.perf_counter() - t0,
-        "rounds": s["rounds"],
+        "rounds": s.rounds,
         "round_s": rounds.seconds,
-        "elapsed_s": s["elapsed_s"],
+        "elapsed_s": s.elapsed_s,
     }
 
 
@@ -66,7 +66,7 @@ def child(mode: str, args) -> dict:
         import flows.tune_model as ftm
 
         s = ftm.tune_model(cfg.to_dict())
-        return {"rounds": s["rounds"], "mlflow_s": s["tracking_s"], "elapsed_s": s["elapsed_s"]}
+        return {"rounds": s.rounds, "mlflow_s": s.tracking_s, "elapsed_s": s.elapsed_s}
     return library_only(cfg)
 
 

@@ -3,7 +3,8 @@
 Each task of the model is tuned alone, batch after batch, for ``--seconds-per-task`` seconds, once per
 seed; after every batch we record (tuning seconds so far, trials so far, best latency so far). The model's
 tasks are those a run extracts (same lowering, search and measurement settings as ``--config``). The
-traces are committed as data (``dynatune/bench/data/traces/<model>.json``) and replayed by ``dynatune bench replay``.
+traces are committed as data (``dynatune/bench/data/traces/<model>.json``) and replayed by
+``dynatune bench replay``.
 
 Run it again with the same arguments to go on where it stopped (after a kill too): the document is written
 after every task, and each seed's session lives in ``--work-root``/<model>/seed<N>.

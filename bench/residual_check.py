@@ -13,10 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from dynatune.files import WorkDir  # noqa: E402
 
 
 def rows(work_dir: str) -> list[dict]:
-    with open(os.path.join(work_dir, "run.json")) as f:
+    with open(WorkDir(work_dir).run_state) as f:
         points = [p for p in json.load(f).get("measurements", []) if p.get("residual_ms") is not None]
     out = []
     for prev, p in zip(points, points[1:]):

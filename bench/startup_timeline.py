@@ -52,6 +52,5 @@ class Timeline(RunCallback):
         mark("finish (compiled, report written)")
 
 
-ftm.CALLBACKS.append(Timeline())
-s = ftm.tune_model(cfg.to_dict())
+s = ftm.tune_model(cfg.to_dict(), callbacks=[Timeline()])
 mark("flow returned")

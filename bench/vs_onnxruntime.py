@@ -26,11 +26,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from dynatune.run.summary import RunSummary  # noqa: E402
 
 
 def tune(
     repo: str, model: str, budget: float, work: str, measure_every: float | None, config: str | None = None
-) -> dict:
+) -> tuple[RunSummary, float]:
+    """The run's summary (its ``--json`` line, from this or an older checkout) and its wall seconds."""
     cmd = [
         sys.executable,
         "-m",
@@ -52,9 +54,7 @@ def tune(
     out = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"tune failed ({out.returncode}): {out.stderr[-2000:]}")
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
-    summary["bench_wall_s"] = time.perf_counter() - t0
-    return summary
+    return RunSummary.of(json.loads(out.stdout.strip().splitlines()[-1])), time.perf_counter() - t0
 
 
 def time_fresh(model: str, artifact: str, rounds: int) -> dict:
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         name = args.name or os.path.splitext(os.path.basename(model))[0]
         for budget in args.budget or [300.0]:
             work = os.path.join(args.work, args.label, f"{name}-{int(budget)}")
-            s = tune(
+            s, bench_wall_s = tune(
                 os.path.abspath(args.repo),
                 os.path.abspath(model),
                 budget,
@@ -136,11 +136,11 @@ def main(argv=None) -> int:
                 args.measure_every,
                 os.path.abspath(args.config) if args.config else None,
             )
-            fresh = time_fresh(os.path.abspath(model), s["artifact"], args.rounds)
+            fresh = time_fresh(os.path.abspath(model), s.artifact, args.rounds)
             row = {
                 "fresh": fresh,
                 "run": {
-                    k: s.get(k)
+                    k: getattr(s, k)
                     for k in (
                         "tasks",
                         "rounds",
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
                         "profile",
                     )
                 },
-                "bench_wall_s": s["bench_wall_s"],
+                "bench_wall_s": bench_wall_s,
                 "date": time.strftime("%Y-%m-%d %H:%M"),
                 "repo": os.path.abspath(args.repo),
             }
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
                 f"{args.label} {name} {int(budget)} s: tuned/ORT {fresh['ratio']:.2f} "
                 f"[{fresh['ratio_spread'][0]:.2f}, {fresh['ratio_spread'][1]:.2f}] "
                 f"({fresh['tvm_ms']:.3f} vs {fresh['onnxruntime_ms']:.3f} ms), "
-                f"parity at {s.get('time_to_onnxruntime_parity_s')}",
+                f"parity at {s.time_to_onnxruntime_parity_s}",
                 flush=True,
             )
     return 0

@@ -4,6 +4,7 @@
                   [--work-dir DIR] [--set key=value]... [--json]
     dynatune tasks MODEL.onnx [--shape ...]... [--target T] [--json]
     dynatune compile WORK_DIR [--json]
+    dynatune config schema                       (the config's JSON schema, for an editor)
     dynatune report RUN_ID [--tracking-uri URI] [--out DIR]
     dynatune compare RUN_ID... [--tracking-uri URI] [--out PNG]
     dynatune bench replay [--json] | dynatune bench live ...
@@ -33,8 +34,8 @@ def _quiet_env() -> None:
     # Prefect's local API server starts in ~10 s, but a busy 2-core machine can take longer than its
     # default 20 s wait
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    # the ephemeral API server's log goes to our stderr: two runs starting at once on a fresh PREFECT_HOME race
-    # on its database migrations, and the loser's server prints a traceback before Prefect restarts it
+    # the ephemeral API server's log goes to our stderr: two runs starting at once on a fresh PREFECT_HOME
+    # race on its database migrations, and the loser's server prints a traceback before Prefect restarts it
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
@@ -97,14 +98,10 @@ def cmd_tune(args) -> int:
     prestart()  # TVM's one-off import side by side with Prefect's local API server, before the flow
     import flows.tune_model as ftm
 
-    ftm.CALLBACKS.append(view)
-    try:
-        with view:
-            summary = ftm.tune_model(cfg.to_dict() | {"_source": cfg.source})
-    finally:
-        ftm.CALLBACKS.remove(view)
+    with view:
+        summary = ftm.tune_model(cfg.to_dict() | {"_source": cfg.source}, callbacks=[view])
     if args.json:
-        _print_json(summary)
+        _print_json(summary.to_dict())
     else:
         view.print_summary(summary)
     return 0
@@ -161,12 +158,23 @@ def cmd_tasks(args) -> int:
     return 0
 
 
+# -- config -------------------------------------------------------------------------------------------
+def cmd_config(args) -> int:
+    """``dynatune config schema``: the config's JSON schema, for an editor completing configs/*.yaml."""
+    from dynatune.run.config import Config
+
+    sys.stdout.write(json.dumps(Config.model_json_schema(), indent=2) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
 # -- compile ------------------------------------------------------------------------------------------
 def cmd_compile(args) -> int:
+    from dynatune.files import WorkDir
     from dynatune.run.config import validate_dict
     from dynatune.run.pipeline import TuningRun
 
-    cfg_path = os.path.join(args.work_dir, "config.json")
+    cfg_path = WorkDir(args.work_dir).config
     if not os.path.exists(cfg_path):
         raise DynatuneError(
             f"{args.work_dir} is not a dynatune work directory (no config.json)",
@@ -239,6 +247,7 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     from dynatune.run import report as rp
+    from dynatune.run.summary import RunSummary
     from tasks.tracking import read_run
 
     uri = _tracking_uri(args.tracking_uri)
@@ -254,10 +263,9 @@ def cmd_compare(args) -> int:
             if r.get("estimated_latency_ms") is not None and r.get("elapsed_s") is not None
         ]
         curves[label] = sorted(pts)
-        summaries[label] = data["summary"] or {
-            "model": data["tags"].get("model"),
-            "scheduler": data["tags"].get("scheduler"),
-        }
+        summaries[label] = data["summary"] or RunSummary(
+            model=data["tags"].get("model"), scheduler=data["tags"].get("scheduler")
+        )
     print(rp.compare_table(summaries))
     out = args.out or "compare.png"
     rp.convergence_plot(curves, out, title="convergence")
@@ -351,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--target", default=None)
     k.add_argument("--json", action="store_true")
     k.set_defaults(func=cmd_tasks)
+
+    g = sub.add_parser("config", help="about the run config: `config schema` prints its JSON schema")
+    g.add_argument("action", choices=["schema"], help="schema: the JSON schema of the YAML config (stdout)")
+    g.set_defaults(func=cmd_config)
 
     c = sub.add_parser("compile", help="compile + verify from an existing work dir")
     c.add_argument("work_dir")

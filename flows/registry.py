@@ -24,6 +24,7 @@ import re
 
 from prefect import flow
 
+from dynatune.files import WorkDir
 from dynatune.run.config import load_config, validate_dict
 from dynatune.secrets import mask, reference, resolve
 from flows.tune_model import tune_model
@@ -65,7 +66,7 @@ def watch_registry(
         claim_version(uri, pv.name, pv.version, pv.attempts)
         work_dir = os.path.abspath(os.path.join(work_root, _safe(pv.name), f"v{pv.version}"))
         try:
-            path = download_version(uri, pv.name, pv.version, os.path.join(work_dir, "model"))
+            path = download_version(uri, pv.name, pv.version, WorkDir(work_dir).model_dir)
             cfg = version_config(
                 base,
                 pv.name,

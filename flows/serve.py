@@ -81,7 +81,9 @@ def build_deployments(
                 name=name,
                 schedule=nightly,
                 parameters={"config": path, "retune": True},
-                description=f"Nightly retune of {cfg.model.name} ({path}): a new warm-started run each night.",
+                description=(
+                    f"Nightly retune of {cfg.model.name} ({path}): a new warm-started run each night."
+                ),
                 tags=["dynatune", "nightly"],
                 entrypoint_type=by_module,
             )
@@ -110,8 +112,9 @@ def build_deployments(
         deps.append(
             watch_registry.to_deployment(
                 name="watch-registry",
-                # first check shortly after start-up (not one interval later), then every N minutes. The server
-                # plans no run whose time has passed when the deployment is registered: leave it a margin.
+                # first check shortly after start-up (not one interval later), then every N minutes. The
+                # server plans no run whose time has passed when the deployment is registered: leave it a
+                # margin.
                 schedule=Interval(
                     datetime.timedelta(minutes=every_minutes),
                     anchor_date=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30),

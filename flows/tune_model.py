@@ -12,19 +12,19 @@ from prefect import flow
 from dynatune.run import pipeline
 from dynatune.run.config import validate_dict
 from dynatune.run.pipeline import latest_run_dir, retune_config  # noqa: F401  (re-exported: the retune layout lives in the library)
+from dynatune.run.summary import RunSummary
 from tasks.steps import PREFECT_STEPS
 from tasks.tracking import MlflowCallback
 
-# further observers of every run of this process (the CLI's live view): dynatune.run.callbacks.RunCallback
-CALLBACKS: list = []
-
 
 @flow(name="tune_model", log_prints=False, validate_parameters=False)
-def tune_model(config: dict | str, retune: bool = False) -> dict:
+def tune_model(config: dict | str, retune: bool = False, callbacks: list | None = None) -> RunSummary:
     """Tune one model. ``config``: a resolved config dict, or the path of a YAML config (read when the
     flow runs, so a scheduled deployment picks up edits). ``retune``: a fresh run in a new dated work
     directory under ``<work_dir>/retune/``, warm-started from the newest earlier run of the same config
-    (what the nightly deployments do; see :func:`dynatune.run.pipeline.retune_config`)."""
+    (what the nightly deployments do; see :func:`dynatune.run.pipeline.retune_config`). ``callbacks``:
+    further observers of this run (:class:`dynatune.run.callbacks.RunCallback`, e.g. the CLI's live view),
+    called after the MLflow callback; only an in-process call can pass them (Prefect does not store them)."""
     if isinstance(config, str):
         from dynatune.run.config import load_config
 
@@ -35,4 +35,4 @@ def tune_model(config: dict | str, retune: bool = False) -> dict:
         cfg = validate_dict(config, source=source)
     if retune:
         cfg = retune_config(cfg)
-    return pipeline.run(cfg, callbacks=[MlflowCallback(), *CALLBACKS], steps=PREFECT_STEPS)
+    return pipeline.run(cfg, callbacks=[MlflowCallback(), *(callbacks or ())], steps=PREFECT_STEPS)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from dynatune.run.summary import RunSummary
+
 PREFIX = "dynatune."
 ALIAS = "tuned"
 
@@ -146,19 +148,19 @@ def _onnx_file(model_dir: str) -> str | None:
 
 
 @task(name="link-tuned-version", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
-def link_tuned_version(uri: str, name: str, version: str, summary: dict) -> dict:
+def link_tuned_version(uri: str, name: str, version: str, summary: RunSummary) -> dict:
     """Tag the model version with its tuning run and move the ``tuned`` alias to the newest tuned version."""
     client = _client(uri)
-    run_id = summary["mlflow_run_id"]
+    run_id = summary.mlflow_run_id
     tags = {
         "status": "tuned",
         "tuned_run_id": run_id,
-        "artifact_uri": f"runs:/{run_id}/compiled/{os.path.basename(summary.get('artifact') or 'model.so')}",
-        "latency_ms": summary.get("latency_ms"),
-        "estimated_latency_ms": summary.get("estimated_latency_ms"),
-        "speedup_vs_untuned": summary.get("speedup_vs_untuned"),
-        "scheduler": summary.get("scheduler"),
-        "work_dir": summary.get("work_dir"),
+        "artifact_uri": f"runs:/{run_id}/compiled/{os.path.basename(summary.artifact or 'model.so')}",
+        "latency_ms": summary.latency_ms,
+        "estimated_latency_ms": summary.estimated_latency_ms,
+        "speedup_vs_untuned": summary.speedup_vs_untuned,
+        "scheduler": summary.scheduler,
+        "work_dir": summary.work_dir,
         "tuned_at": f"{time.time():.0f}",
     }
     run = client.get_run(run_id)
@@ -183,7 +185,7 @@ def link_tuned_version(uri: str, name: str, version: str, summary: dict) -> dict
         "version": str(version),
         "run_id": run_id,
         "alias_version": newest,
-        "latency_ms": summary.get("latency_ms"),
+        "latency_ms": summary.latency_ms,
     }
 
 

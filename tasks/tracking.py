@@ -15,7 +15,9 @@ import urllib.request
 
 from dynatune import __version__
 from dynatune.errors import DynatuneError
+from dynatune.files import WorkDir
 from dynatune.run.callbacks import RunCallback
+from dynatune.run.summary import RunSummary
 from dynatune.secrets import mask
 
 ROUND_METRICS = (
@@ -91,7 +93,7 @@ class Tracker:
         if exp is None:
             loc = None
             if self.uri.startswith("sqlite:///"):
-                loc = "file://" + os.path.join(cfg.work_dir, "mlartifacts")
+                loc = "file://" + WorkDir(cfg.work_dir).mlartifacts
             exp_id = self.client.create_experiment(cfg.tracking.experiment, artifact_location=loc)
         else:
             exp_id = exp.experiment_id
@@ -250,7 +252,8 @@ def _columns(rows: list[dict]) -> dict:
 
 
 def read_run(uri: str, run_id: str) -> dict:
-    """Everything `dynatune report` / `compare` need from a finished (or running) MLflow run."""
+    """Everything `dynatune report` / `compare` need from a finished (or running) MLflow run: its
+    ``summary`` is a :class:`~dynatune.run.summary.RunSummary`, None when the run has none (yet)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(uri)
@@ -267,12 +270,10 @@ def read_run(uri: str, run_id: str) -> dict:
     rounds = []
     for step in sorted(history["estimated_latency_ms"]):
         rounds.append({k: history[k].get(step) for k in ROUND_METRICS} | {"round": step})
-    summary = {}
+    summary = None
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            p = client.download_artifacts(run_id, "summary.json", tmp)
-            with open(p) as f:
-                summary = json.load(f)
+            summary = RunSummary.load(client.download_artifacts(run_id, "summary.json", tmp))
         except Exception:
             pass
     return {
@@ -319,14 +320,14 @@ class MlflowCallback(RunCallback):
             step=m.round,
         )
 
-    def on_finish(self, summary: dict, report_dir: str) -> None:
+    def on_finish(self, summary: RunSummary, report_dir: str) -> None:
         t = self.tracker
-        metrics = {k: summary.get(k) for k in FINAL_METRICS}
-        metrics["numerics_ok"] = 1.0 if summary.get("numerics_ok") else 0.0
-        t.log_metrics(metrics, step=summary["rounds"])
-        t.set_tags({"never_tuned_tasks": len(summary.get("never_tuned_tasks") or [])})
-        if summary.get("library"):
-            lib = summary["library"]
+        metrics = {k: getattr(summary, k) for k in FINAL_METRICS}
+        metrics["numerics_ok"] = 1.0 if summary.numerics_ok else 0.0
+        t.log_metrics(metrics, step=summary.rounds)
+        t.set_tags({"never_tuned_tasks": len(summary.never_tuned_tasks)})
+        if summary.library:
+            lib = summary.library
             t.set_tags(
                 {
                     "library.matched_tasks": lib["matched_tasks"],
@@ -336,17 +337,18 @@ class MlflowCallback(RunCallback):
                     "library.transferred_tasks": lib["transferred_tasks"],
                 }
             )
-        summary["mlflow_run_id"] = t.run_id
-        summary["mlflow_tracking_uri"] = mask(t.uri)
-        summary["mlflow_ui"] = t.ui_hint()
-        t.log_dict(summary, "summary.json")
+        summary.mlflow_run_id = t.run_id
+        summary.mlflow_tracking_uri = mask(t.uri)
+        summary.mlflow_ui = t.ui_hint()
+        t.log_dict(summary.to_dict(), "summary.json")
         t.log_artifact(report_dir, "report")
-        t.log_artifact(os.path.join(summary["work_dir"], "db"), "tuning_db")
-        t.log_artifact(os.path.join(summary["work_dir"], "tasks.json"))
-        if summary.get("artifact"):
-            t.log_artifact(summary["artifact"], "compiled")
-        summary["tracking_s"] = round(t.log_seconds, 3)
-        t.finish("FINISHED" if summary.get("numerics_ok") is not False else "FAILED")
+        wd = WorkDir(summary.work_dir)
+        t.log_artifact(wd.db, "tuning_db")
+        t.log_artifact(wd.tasks)
+        if summary.artifact:
+            t.log_artifact(summary.artifact, "compiled")
+        summary.tracking_s = round(t.log_seconds, 3)
+        t.finish("FINISHED" if summary.numerics_ok is not False else "FAILED")
 
     def on_failure(self, exc) -> None:
         if self.tracker is not None:

@@ -73,6 +73,43 @@ def make_tiny_onnx(path: str, batch="N", channels: int = 8, seed: int = 0, extra
     return path
 
 
+def make_maxpool_onnx(path: str, channels: int = 8, seed: int = 0) -> str:
+    """conv 3x3 -> relu -> max pool 3x3 stride 2 -> conv 1x1 -> ``y``: a small model with a max pool, whose
+    TOPI block names a custom schedule rule (``meta_schedule.pool_max``) that TVM 0.27 does not have."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.2, name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], name="pool1"),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["y"], name="conv2"),
+    ]
+    inits = [
+        w("w1", channels, 3, 3, 3),
+        w("b1", channels),
+        w("w2", channels, channels, 1, 1),
+        w("b2", channels),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "maxpool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
 def randomized_light_model(name: str, out_path: str, seed: int = 0) -> str:
     """A light model with its ConstantOfShape weights replaced by random initializers.
 
@@ -112,7 +149,8 @@ def randomized_light_model(name: str, out_path: str, seed: int = 0) -> str:
 
 def make_embedding_onnx(path: str, vocab: int = 50, dim: int = 8, tokens: int = 64, seed: int = 0) -> str:
     """An embedding lookup feeding a convolution: int64 ``ids`` [1, tokens] -> Gather on a constant table
-    [vocab, dim] -> [1, tokens, dim] -> Transpose -> Reshape to NCHW [1, dim, side, side] -> Conv 3x3 -> ``y``.
+    [vocab, dim] -> [1, tokens, dim] -> Transpose -> Reshape to NCHW [1, dim, side, side] -> Conv 3x3 ->
+    ``y``.
 
     ``tokens`` must be a square. The Gather becomes a ``take`` task whose index input must stay within
     ``[0, vocab)`` when measured.

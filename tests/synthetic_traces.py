@@ -1,4 +1,5 @@
-"""Synthetic tuning traces in the format of ``dynatune/bench/data/traces/<model>.json`` (for tests and benches).
+"""Synthetic tuning traces in the format of ``dynatune/bench/data/traces/<model>.json`` (for tests and
+benches).
 
 Each task's best latency follows a learning curve ``c + (d - c) * g(t)`` (power law or exponential, a
 random family per task), sampled with multiplicative noise every ``step_s`` seconds and turned into a

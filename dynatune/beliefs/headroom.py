@@ -1,10 +1,11 @@
 """Headroom beliefs (``beliefs: headroom``): how far a task is from what the machine allows, and the
 staircase by which real tuning curves get there.
 
-Headroom. A task's latency is bounded below by its roofline (:mod:`dynatune.machine.roofline`): ``bound_s`` from
-its FLOPs and compulsory bytes at the machine's measured peak compute and bandwidth (``TaskView.bound_s``,
-0 when unknown). No kernel reaches the bound, but kernels of one operator kind (conv2d, matmul, ...)
-in one regime (compute-bound, or ``/memory``-bound like a depthwise conv) reach similar fractions of it. The achieved fraction ``phi = bound / best`` of the best task of a kind,
+Headroom. A task's latency is bounded below by its roofline (:mod:`dynatune.machine.roofline`):
+``bound_s`` from its FLOPs and compulsory bytes at the machine's measured peak compute and bandwidth
+(``TaskView.bound_s``, 0 when unknown). No kernel reaches the bound, but kernels of one operator kind
+(conv2d, matmul, ...) in one regime (compute-bound, or ``/memory``-bound like a depthwise conv) reach
+similar fractions of it. The achieved fraction ``phi = bound / best`` of the best task of a kind,
 raised by an uplift that fades as the kind gets tuned (``uplift x sqrt(uplift_slots / (uplift_slots +
 slots spent on the kind))``: the best of a kind can still improve, less so the more it was tuned), is the
 kind's attainable fraction ``phi*``. A task's floor is ``bound / phi*`` and its headroom, in weighted
@@ -130,7 +131,8 @@ class HeadroomBeliefs(Beliefs):
         self._rel_headroom = statistics.median(rel) if rel else 0.5
 
     def _steps(self, task, slot_s: float):
-        """(effective slot numbers from 2, jumped?, normalised (before, after) of each jump), cached per curve."""
+        """(effective slot numbers from 2, jumped?, normalised (before, after) of each jump), cached per
+        curve."""
         c = self.curve(task, slot_s)
         hit = self._step_cache.get(task.index)
         if hit is None or hit[0] is not c:

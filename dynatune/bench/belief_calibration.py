@@ -24,7 +24,8 @@ from dynatune.schedulers.base import Scheduler
 
 
 class CalibrationProbe(Scheduler):
-    """Round-robin that records (predicted mean, std, weighted latency, realised gain, visits, task) per slot."""
+    """Round-robin that records (predicted mean, std, weighted latency, realised gain, visits, task) per
+    slot."""
 
     name = "calibration_probe"
 

@@ -30,7 +30,7 @@ import os
 import time
 
 from dynatune.bench.replay import time_to_quality, ttq_ratio
-from dynatune.files import atomic_write_json
+from dynatune.files import WorkDir, atomic_write_json
 from dynatune.machine.target import usable_cores
 from dynatune.model.importer import parse_shape
 
@@ -77,24 +77,24 @@ def run_one(cfg) -> dict:
     from dynatune.search.database import read_jsonl
 
     summary = run(cfg)
-    rounds = read_jsonl(os.path.join(cfg.work_dir, "rounds.jsonl"))
-    curve = [(0.0, summary["initial_estimated_latency_ms"] / 1e3)]
+    rounds = read_jsonl(WorkDir(cfg.work_dir).rounds)
+    curve = [(0.0, summary.initial_estimated_latency_ms / 1e3)]
     curve += [(r["elapsed_s"], r["estimated_latency_s"]) for r in rounds]
-    measured = [(p["elapsed_s"], p["latency_ms"] / 1e3) for p in summary["measurements"]]
-    measured.append((summary["elapsed_s"], summary["latency_ms"] / 1e3))
+    measured = [(p["elapsed_s"], p["latency_ms"] / 1e3) for p in summary.measurements]
+    measured.append((summary.elapsed_s, summary.latency_ms / 1e3))
     return {
         "scheduler": cfg.scheduler.name,
         "seed": cfg.scheduler.seed,
         "curve": curve,
         "measured": measured,
-        "rounds": summary["rounds"],
-        "trials": summary["trials"],
-        "tuning_wall_s": summary["elapsed_s"],
+        "rounds": summary.rounds,
+        "trials": summary.trials,
+        "tuning_wall_s": summary.elapsed_s,
         "estimated_ms": curve[-1][1] * 1e3,
-        "latency_ms": summary["latency_ms"],
-        "onnxruntime_ms": summary["onnxruntime_latency_ms"],
-        "ratio_vs_onnxruntime": summary["ratio_vs_onnxruntime"],
-        "numerics_ok": summary["numerics_ok"],
+        "latency_ms": summary.latency_ms,
+        "onnxruntime_ms": summary.onnxruntime_latency_ms,
+        "ratio_vs_onnxruntime": summary.ratio_vs_onnxruntime,
+        "numerics_ok": summary.numerics_ok,
     }
 
 
@@ -103,7 +103,8 @@ SOONER = 1.05  # "sooner" needs a TTQ ratio above this: two runs that both reach
 
 
 def compare(runs: dict, budget: float, rtol: float) -> dict:
-    """TTQ of each run to gradient's final quality, on the estimate and on the measured latency, and ratios."""
+    """TTQ of each run to gradient's final quality, on the estimate and on the measured latency, and
+    ratios."""
     out = {}
     for kind, key in (("estimate", "curve"), ("measured", "measured")):
         target = runs["gradient"][key][-1][1] if "gradient" in runs else next(iter(runs.values()))[key][-1][1]
@@ -195,7 +196,8 @@ def _run_or_load(args, path, shapes, name, seed, sch) -> dict:
     )
     atomic_write_json(saved, res)
     print(
-        f"{name} seed {seed} {sch}: {res['estimated_ms']:.3f} ms estimated, {res['latency_ms']:.3f} ms measured, "
+        f"{name} seed {seed} {sch}: {res['estimated_ms']:.3f} ms estimated, "
+        f"{res['latency_ms']:.3f} ms measured, "
         f"{res['rounds']} rounds",
         flush=True,
     )

@@ -1,10 +1,10 @@
 """Deterministic replay of recorded tuning traces: compare schedulers without tuning anything.
 
-A trace file (``dynatune/bench/data/traces/<model>.json``, written by ``bench/record_traces.py``) holds, per task,
-``trace = [[seconds, trials, best_s], ...]`` with ``trace[0] = [0, 0, default_s]``: the best latency after
-that many seconds of tuning that task alone (one point per batch of trials). A replay gives the scheduler
-a budget ``B`` and a slot length ``S``; each round the chosen task runs as a live slot does: whole batches
-until ``S`` seconds have passed, at least one. So it advances to the first recorded point at or after
+A trace file (``dynatune/bench/data/traces/<model>.json``, written by ``bench/record_traces.py``) holds,
+per task, ``trace = [[seconds, trials, best_s], ...]`` with ``trace[0] = [0, 0, default_s]``: the best
+latency after that many seconds of tuning that task alone (one point per batch of trials). A replay gives the
+scheduler a budget ``B`` and a slot length ``S``; each round the chosen task runs as a live slot does: whole
+batches until ``S`` seconds have passed, at least one. So it advances to the first recorded point at or after
 (its seconds so far + ``S``) -- a slot that starts a task's slow first batch (which also builds its design
 space) lasts that whole batch -- and the replay clock advances by those real seconds. Past the end of its
 trace a task advances exactly ``S``. The model latency ``sum weight x best`` after every round is the

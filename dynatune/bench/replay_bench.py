@@ -62,7 +62,8 @@ def replay_draw(
     params: dict | None = None,
     factories: dict | None = None,
 ) -> list[dict]:
-    """Every scheduler on draw ``d`` of ``doc``, one row per budget fraction: TTQ per rtol, objective at the budget.
+    """Every scheduler on draw ``d`` of ``doc``, one row per budget fraction: TTQ per rtol, objective at
+    the budget.
 
     ``factories``: extra schedulers, ``{name: f(drawn_doc, slot) -> Scheduler}`` (the oracle's clairvoyant).
     """

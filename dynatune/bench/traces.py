@@ -116,7 +116,7 @@ def record(cfg, seeds, seconds_per_task: float, out: str, work_root: str, log=pr
         "seconds_per_task": float(seconds_per_task),
         "trials_per_iter": cfg.search.trials_per_iter,
         "lowering": dataclasses.asdict(cfg.compile.lowering()),
-        "search": {k: v for k, v in dataclasses.asdict(cfg.search).items() if k != "seed"},
+        "search": cfg.search.model_dump(exclude={"seed"}),
     }
     doc = _continued(out, head, tasks)
     for seed in seeds:
@@ -162,7 +162,7 @@ def _continued(out: str, head: dict, tasks) -> dict:
 def _record_seed(cfg, target, tasks, todo, seed, seconds_per_task, doc, out, work_root, log) -> None:
     from dynatune.search.session import TuningSession
 
-    search = dataclasses.replace(cfg.search, seed=seed)
+    search = cfg.search.model_copy(update={"seed": seed})
     sess = TuningSession(
         tasks, target, os.path.join(work_root, f"seed{seed}"), search=search, measure=cfg.measure
     )
@@ -182,7 +182,8 @@ def _record_seed(cfg, target, tasks, todo, seed, seconds_per_task, doc, out, wor
             doc["date"] = datetime.date.today().isoformat()
             atomic_write_json(out, doc)
             log(
-                f"seed {seed} {t.name}: {defaults[t.index] * 1e3:.3f} -> {sess.best_latency(t.index) * 1e3:.3f} "
+                f"seed {seed} {t.name}: {defaults[t.index] * 1e3:.3f} -> "
+                f"{sess.best_latency(t.index) * 1e3:.3f} "
                 f"ms in {st.seconds:.0f} s, {st.trials} trials"
             )
     finally:

@@ -1,13 +1,18 @@
-"""Compile the whole model with the best schedules found, export it, time it, and check it.
+"""The final compile: build the whole model with the best schedules found, export it, verify it against
+ONNX Runtime, and time it.
 
-The compiled model is a shared library that plain TVM loads (``tvm.runtime.load_module`` +
-``relax.VirtualMachine``): no dynatune needed to run it. Its outputs are compared with ONNX Runtime on
-the same random input: max absolute error and relative error max|tvm - ort| / max|ort| (float32 outputs
-fail above ``rel_tol``, 1e-4 by default). Every report also carries the untuned TVM latency and ONNX
-Runtime's latency with the same thread count, so a run always says where it stands. The compiled model and
-ONNX Runtime are timed side by side (:mod:`dynatune.compiler.timing`: alternating blocks in this process), so their
-ratio holds even when the machine's speed drifts.
-
+- :func:`build` / :func:`export`: a Relax executable with the tuned functions from the database (the rest
+  default-scheduled: as lowered on CPU, DLight's rules on GPU), exported as a shared library that plain
+  TVM loads (``tvm.runtime.load_module`` + ``relax.VirtualMachine``): no dynatune needed to run it.
+- :func:`verify` / :func:`compare`: the compiled model's outputs against ONNX Runtime's on
+  ``VERIFY_INPUTS`` (3) different seeded random inputs: per input, the max absolute error and the relative
+  error max|tvm - ort| / max|ort|; the check fails when any float32 output of any input is above
+  ``rel_tol`` (1e-4 by default). The report carries the max over the inputs and each input's error.
+- :func:`compile_and_verify`: all of it, into a :class:`CompileReport`, which also carries the untuned
+  TVM latency and ONNX Runtime's latency with the same thread count, so a run always says where it
+  stands. The compiled model and ONNX Runtime are timed side by side in a fresh process
+  (:mod:`dynatune.compiler.fresh_timing`: alternating rounds), so their ratio holds even when the
+  machine's speed drifts.
 
 Prepacked weights (CPU targets, ``compile.prepack``, on by default): a tuned conv2d/dense/matmul may read
 its weight in a layout of its own choosing (MetaSchedule's ``RewriteLayout``). The compiler splits each
@@ -21,14 +26,17 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from dynatune.compiler.fresh_timing import time_in_fresh_process
-from dynatune.compiler.runtime import load, onnxruntime_outputs, relax_vm, run, time_vm
+from dynatune.compiler.runtime import load, onnxruntime_session, relax_vm, run, time_vm
 from dynatune.errors import DynatuneError
+from dynatune.machine.target import gpu_default_schedule
 from dynatune.model.extract import Lowering, backend_passes, fuse_passes
+
+VERIFY_INPUTS = 3  # seeded random inputs the compiled model is checked on
 
 
 @dataclass
@@ -37,6 +45,8 @@ class VerifyResult:
     max_rel_err: float
     ok: bool
     outputs: int
+    per_input_rel_err: list[float] = field(default_factory=list)  # :func:`verify`: one per input
+    seeds: list[int] = field(default_factory=list)  # ... the inputs' seeds (Model.random_inputs)
 
 
 @dataclass
@@ -57,6 +67,9 @@ class CompileReport:
     ratio_vs_onnxruntime_min: float | None = None
     ratio_vs_onnxruntime_max: float | None = None
     side_by_side_rounds: int = 0
+    # the relative error on each of the verification inputs (max_rel_err is their max), and their seeds
+    max_rel_err_per_input: list[float] = field(default_factory=list)
+    verify_seeds: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -114,16 +127,6 @@ def weight_prepack_passes() -> list:
     return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
 
 
-def gpu_default_schedule():
-    """DLight's rules: how functions without a tuned record are scheduled on a GPU (also the default
-    latency the session measures for GPU tasks)."""
-    from tvm.s_tir import dlight as dl
-
-    return dl.ApplyDefaultSchedule(
-        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
-    )
-
-
 def export(executable, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp.so"
@@ -152,6 +155,29 @@ def compare(outputs, reference, rel_tol: float = 1e-4) -> VerifyResult:
     return VerifyResult(max_abs, max_rel, ok, len(reference))
 
 
+def verify(
+    vm, model, device, *, threads: int, rel_tol: float = 1e-4, seeds=None, reference=None
+) -> VerifyResult:
+    """The compiled model (``vm``) against ONNX Runtime on several seeded random inputs (``seeds``:
+    ``VERIFY_INPUTS`` of them by default): the max errors over the inputs, each input's relative error,
+    and ``ok`` only when every input is within ``rel_tol``. ``reference``: the ONNX model ONNX Runtime runs
+    (default: ``model`` itself)."""
+    seeds = list(range(VERIFY_INPUTS) if seeds is None else seeds)
+    sess = onnxruntime_session(model if reference is None else reference, threads)
+    checks = []
+    for seed in seeds:
+        inputs = model.random_inputs(seed)
+        checks.append(compare(run(vm, model, inputs, device), sess.run(None, inputs), rel_tol))
+    return VerifyResult(
+        max_abs_err=max(c.max_abs_err for c in checks),
+        max_rel_err=max(c.max_rel_err for c in checks),
+        ok=all(c.ok for c in checks),
+        outputs=checks[0].outputs,
+        per_input_rel_err=[c.max_rel_err for c in checks],
+        seeds=seeds,
+    )
+
+
 def compile_and_verify(
     model,
     target,
@@ -176,10 +202,8 @@ def compile_and_verify(
     compile_s = time.perf_counter() - t0
     dev = tvm.device(target_device(target), 0)
     vm = load(artifact_path, dev)
+    check = verify(vm, model, dev, threads=threads, rel_tol=rel_tol, seeds=range(seed, seed + VERIFY_INPUTS))
     inputs = model.random_inputs(seed)
-    outs = run(vm, model, inputs, dev)
-    _, ref = onnxruntime_outputs(model, inputs, threads)
-    check = compare(outs, ref, rel_tol)
     side = {}
     if measure_onnxruntime:  # latency_ms: the median of the TVM rounds, timed in a fresh process
         sbs = time_in_fresh_process(
@@ -209,5 +233,7 @@ def compile_and_verify(
         numerics_ok=check.ok,
         threads=threads,
         compile_s=compile_s,
+        max_rel_err_per_input=check.per_input_rel_err,
+        verify_seeds=check.seeds,
         **side,
     )

@@ -7,9 +7,10 @@ timings put ONNX Runtime at 0.28-0.47 ms where a fresh process put it at 0.19 ms
 that was not there. TVM's side runs in C++ and does not see it.
 
 :func:`time_in_fresh_process` therefore runs :func:`dynatune.compiler.timing.time_side_by_side` in a child
-process (``python -m dynatune.compiler.fresh_timing``) on an exported artifact and the model's ONNX file (at the
-shapes the model was tuned for), with the same threads and the same inputs (``random_inputs(seed)``) as
-the tuning process; the child gets its spec as JSON on stdin and prints the result as JSON.
+process (``python -m dynatune.compiler.fresh_timing``) on an exported artifact and the model's ONNX file
+(at the shapes the model was tuned for), with the same threads and the same inputs
+(``random_inputs(seed)``) as the tuning process; the child gets its spec as JSON on stdin and prints the
+result as JSON.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def time_in_fresh_process(
         "seed": seed,
         "block_ms": block_ms,
     }
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above dynatune/
+    # the directory above dynatune/
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
     )

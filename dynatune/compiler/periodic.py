@@ -1,7 +1,7 @@
 """Periodic whole-model measurement: every few minutes of tuning, compile the model with the best
-schedules so far and time it beside ONNX Runtime in a fresh process (:mod:`dynatune.compiler.fresh_timing`), so a
-run shows what its users would get at that point (the estimate, Σ weight × task latency, leaves out what
-runs between kernels). Each task's best schedule
+schedules so far and time it beside ONNX Runtime in a fresh process
+(:mod:`dynatune.compiler.fresh_timing`), so a run shows what its users would get at that point (the estimate,
+Σ weight × task latency, leaves out what runs between kernels). Each task's best schedule
 is also timed alone in the same rounds as the model, which gives the residual the estimate misses
 (:mod:`dynatune.compiler.residual`); the rounds after it report the estimate plus that residual.
 
@@ -14,11 +14,33 @@ from __future__ import annotations
 
 import os
 import time
-
-from dynatune.run.callbacks import ModelMeasurement
+from dataclasses import dataclass, field
 
 AUTO_EVERY_S = 300.0
 AUTO_MIN_BUDGET_S = 600.0
+
+
+@dataclass
+class ModelMeasurement:
+    """The whole model compiled with the best schedules so far and timed beside ONNX Runtime."""
+
+    round: int  # the last round before the measurement (its MLflow step)
+    elapsed_s: float  # tuning seconds spent when measured
+    latency_ms: float
+    onnxruntime_ms: float | None
+    ratio: float | None  # latency / ONNX Runtime's (median over alternating rounds)
+    ratio_spread: list = field(default_factory=list)  # [min, max] of the per-round ratios
+    estimated_ms: float = 0.0
+    seconds: float = 0.0  # what the measurement cost (compile + timing); not counted as tuning time
+    # the model and each task's best schedule alone, timed in the same rounds (dynatune.compiler.residual)
+    same_time_model_ms: float | None = None
+    kernels_alone_ms: float | None = None  # Σ weight × latency alone
+    residual_ms: float | None = None  # what the estimate misses: same_time_model_ms - kernels_alone_ms
+
+    @property
+    def estimated_model_ms(self) -> float | None:
+        """The estimate counting what the kernels alone miss."""
+        return None if self.residual_ms is None else self.estimated_ms + self.residual_ms
 
 
 def interval_s(every_s: float | None, budget_s: float) -> float:

@@ -3,9 +3,10 @@
 TVM 0.27's Relax VM has no profiler (``VirtualMachine(..., profile=True)`` and ``vm.profile`` are gone);
 it has ``set_instrument``: a function called before and after every VM ``call`` instruction with the
 callee's symbol. The symbols of the model's kernels are the names of the fused PrimFuncs, the same names
-:func:`dynatune.model.extract.extract_tasks` gives the tasks (both come from :func:`dynatune.model.extract.fuse`; FuseTIR
-merges identical functions, so a task with weight w is one symbol called w times). Other calls are
-``vm.builtin.*`` (allocation, reshape views, shape checks) or kernels no task stands for.
+:func:`dynatune.model.extract.extract_tasks` gives the tasks (both come from
+:func:`dynatune.model.extract.fuse`; FuseTIR merges identical functions, so a task with weight w is one symbol
+called w times). Other calls are ``vm.builtin.*`` (allocation, reshape views, shape checks) or kernels no task
+stands for.
 
 Kernels (calls that return nothing: destination-passing PrimFuncs, not ``vm.builtin.*``) are timed
 by the instrument itself: it calls the kernel with the VM's arguments and tells the VM to skip the call
@@ -289,7 +290,8 @@ def markdown(prof: dict, top: int = 25) -> str:
         f"calls between its callbacks, less {prof['instrument_overhead_us']:.2f} us (a no-op call's window), "
         "which leaves their arguments' conversion in: an upper bound.",
         "",
-        "| kernel | task | calls | in model ms | share | alone ms x weight | in model / alone | GFLOP/s in model |",
+        "| kernel | task | calls | in model ms | share | alone ms x weight | in model / alone "
+        "| GFLOP/s in model |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [_kernel_line(k, model) for k in prof["kernels"][:top]]

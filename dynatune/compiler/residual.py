@@ -4,9 +4,9 @@ The estimate (Σ weight × task latency) adds up each task's best latency as tun
 kernel alone, run again and again on the same buffers, its weights and inputs in cache. In the model a
 kernel runs after others have evicted them, and the model also runs calls no task stands for
 (allocation, reshape views) and the VM's own work between calls. The per-kernel profile
-(:mod:`dynatune.compiler.profile`) splits that difference; here it is one number, the **residual**, measured in
-rounds of one block of the model and one block of each task's best schedule alone, back to back, so both
-see the same machine (absolute times drift by tens of percent from minute to minute here):
+(:mod:`dynatune.compiler.profile`) splits that difference; here it is one number, the **residual**,
+measured in rounds of one block of the model and one block of each task's best schedule alone, back to back,
+so both see the same machine (absolute times drift by tens of percent from minute to minute here):
 
     residual = median model time - Σ weight × median task time alone
 

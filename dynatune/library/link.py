@@ -26,7 +26,7 @@ import statistics
 import time
 import warnings
 
-from dynatune.files import atomic_write_json
+from dynatune.files import WorkDir, atomic_write_json
 from dynatune.library.store import LibraryRecord, ScheduleLibrary, db_error, kept, library_url
 from dynatune.library.transfer import task_pattern, transferred_candidates
 from dynatune.search.batch_callbacks import BatchCallback
@@ -84,7 +84,7 @@ class RunLibrary:
     def seed(self, session) -> dict:
         """Seed ``session`` from the library (once per work dir): matched tasks' records into its database,
         transferred candidates into the first batch of new tasks."""
-        done = os.path.join(session.work_dir, "library.json")
+        done = WorkDir(session.work_dir).library_done
         if os.path.exists(done):
             with open(done) as f:
                 self.seeded = json.load(f)

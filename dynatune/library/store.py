@@ -3,13 +3,15 @@
 Three tables, through SQLAlchemy, so the same code serves the embedded default (SQLite, in the user's cache
 directory) and a farm's PostgreSQL server:
 
-- ``dt_workloads``: one row per (machine fingerprint, task key): the task's operator kind and its TVM workload;
+- ``dt_workloads``: one row per (machine fingerprint, task key): the task's operator kind and its TVM
+  workload;
 - ``dt_records``: one row per measured candidate that ran: its trace, run seconds and mean, and the run that
   measured it;
 - ``dt_runs``: one row per run that wrote, with its model and when it last wrote.
 
-Records are only ever read for one fingerprint (:func:`dynatune.machine.target.machine_fingerprint`: target, CPU model
-and ISA features), so schedules measured on one kind of machine are never applied on another.
+Records are only ever read for one fingerprint (:func:`dynatune.machine.target.machine_fingerprint`:
+target, CPU model and ISA features), so schedules measured on one kind of machine are never applied on
+another.
 
 Safe under concurrency: every write is one transaction (SQLite: WAL journal, ``BEGIN IMMEDIATE`` and a busy
 timeout, so a second writer waits instead of failing; PostgreSQL: its own row locking), and inserts ignore
@@ -228,8 +230,8 @@ class ScheduleLibrary:
     def similar(
         self, fingerprint: str, pattern: str, flops: float, exclude=(), tasks: int = 3, per_task: int = 2
     ) -> list[tuple]:
-        """The best records of up to ``tasks`` library tasks with the same operator ``pattern`` (other shapes),
-        the closest in FLOPs first: ``[(workload, record), ...]``."""
+        """The best records of up to ``tasks`` library tasks with the same operator ``pattern`` (other
+        shapes), the closest in FLOPs first: ``[(workload, record), ...]``."""
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.select(workloads.c.task_key, workloads.c.flops).where(
@@ -326,7 +328,8 @@ class ScheduleLibrary:
         return deleted
 
     def export(self, fingerprint: str, path: str) -> int:
-        """Write every workload and record of ``fingerprint`` to a JSON-lines file; returns the record count."""
+        """Write every workload and record of ``fingerprint`` to a JSON-lines file; returns the record
+        count."""
         if fingerprint not in self.fingerprints():
             raise DynatuneError(
                 f"the library holds nothing for fingerprint {fingerprint!r}",
@@ -353,7 +356,8 @@ class ScheduleLibrary:
         return n
 
     def import_file(self, path: str) -> dict:
-        """Add an exported file's workloads and records (those already here are skipped), in one transaction."""
+        """Add an exported file's workloads and records (those already here are skipped), in one
+        transaction."""
         fingerprint, wl_rows, rec_rows = read_export(path)
         with self.engine.begin() as conn:
             _insert_ignoring_existing(conn, workloads, [{"fingerprint": fingerprint, **w} for w in wl_rows])

@@ -13,7 +13,8 @@ import re
 
 
 def task_pattern(name: str) -> str:
-    """A task's fused operators, its shapes left out: ``fused_conv2d7_add4_relu41`` -> ``fused_conv2d_add_relu``."""
+    """A task's fused operators, its shapes left out: ``fused_conv2d7_add4_relu41`` ->
+    ``fused_conv2d_add_relu``."""
     return "_".join(re.sub(r"(?<=[a-z])\d+$", "", part) for part in name.split("_"))
 
 
@@ -36,7 +37,8 @@ def refit_tiles(old: list[int], extent: int, max_innermost: int = -1) -> list[in
 
 
 def _refitting(sch):
-    """A decision provider for ``Trace.apply_to_schedule``: tile decisions refitted to the loops they split."""
+    """A decision provider for ``Trace.apply_to_schedule``: tile decisions refitted to the loops they
+    split."""
 
     def provide(inst, inputs, attrs, decision):
         if inst.kind.name != "SamplePerfectTile" or decision is None:
@@ -74,7 +76,7 @@ def transferred_candidates(mod, sources, postprocs, limit: int, seed: int = 1) -
         h = structural_hash(sch.mod)
         if h not in seen:
             seen.add(h)
-            # the arguments as the scheduled function takes them: RewriteLayout (weight pre-packing) changes the
-            # weights' shapes, as MetaSchedule's own search strategies take them
+            # the arguments as the scheduled function takes them: RewriteLayout (weight pre-packing) changes
+            # the weights' shapes, as MetaSchedule's own search strategies take them
             out.append(MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
     return out

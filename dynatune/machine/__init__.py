@@ -1,0 +1,1 @@
+"""The machine tuned for: its TVM target and its roofline (peak compute and memory bandwidth)."""

@@ -72,6 +72,16 @@ def _cuda_arch() -> str:
     return "sm_" + dev.compute_version.replace(".", "")
 
 
+def gpu_default_schedule():
+    """DLight's rules: how functions without a tuned record are scheduled on a GPU (also the default
+    latency the session measures for GPU tasks)."""
+    from tvm.s_tir import dlight as dl
+
+    return dl.ApplyDefaultSchedule(
+        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
+    )
+
+
 def target_device(target) -> str:
     """The runtime device type name ('cpu', 'cuda', ...) of a target."""
     kind = target.kind.name

@@ -117,7 +117,8 @@ def load_onnx_proto(path: str):
         proto = onnx.load(path)
     except Exception as exc:  # DecodeError, truncated files, permission errors...
         raise DynatuneError(
-            f"{path} is not a readable ONNX model ({type(exc).__name__}: {str(exc).strip()[:120] or 'parse failed'})",
+            f"{path} is not a readable ONNX model "
+            f"({type(exc).__name__}: {str(exc).strip()[:120] or 'parse failed'})",
             "is the file complete and really ONNX?",
         ) from None
     if not proto.graph.node:
@@ -134,7 +135,8 @@ def _real_inputs(graph):
     return [i for i in graph.input if i.name not in inits and i.name not in produced]
 
 
-_IMPORTED: dict = {}  # (path, size, mtime, shapes, name) -> Model: the CLI's preflight and the run share one import
+# (path, size, mtime, shapes, name) -> Model: the CLI's preflight and the run share one import
+_IMPORTED: dict = {}
 
 
 def load_model(path: str, shapes: dict[str, tuple[int, ...]] | None = None, name: str | None = None) -> Model:
@@ -263,7 +265,8 @@ def _to_relax(proto, shape_dict, dtype_dict, path):
     for node in proto.graph.node:
         if node.op_type not in supported:
             raise DynatuneError(
-                f"TVM cannot import op {node.op_type!r} (node {node.name or node.output[0]!r}) in {os.path.basename(path)}",
+                f"TVM cannot import op {node.op_type!r} (node {node.name or node.output[0]!r}) "
+                f"in {os.path.basename(path)}",
                 "replace the op or export the model with other ops",
             )
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter

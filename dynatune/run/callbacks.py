@@ -5,13 +5,20 @@ callback overrides only the methods it cares about. MLflow tracking (``tasks/tra
 terminal's live view (:mod:`dynatune.run.progress`) are callbacks, so the library itself knows neither.
 
 A callback that raises in :meth:`RunCallback.on_start` stops the run before tuning (e.g. an unreachable
-tracking server); an exception in any later event is the callback's own problem and is swallowed, so a
-flaky observer cannot lose tuning work.
+tracking server); an exception in any later event is the callback's own problem: it is logged (a warning
+naming the callback, the event and the round) and the run goes on, so a flaky observer cannot lose tuning
+work.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass
+
+from dynatune.compiler.periodic import ModelMeasurement
+from dynatune.run.summary import RunSummary
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,29 +47,6 @@ class TaskRetired:
     note: str
 
 
-@dataclass
-class ModelMeasurement:
-    """The whole model compiled with the best schedules so far and timed beside ONNX Runtime."""
-
-    round: int  # the last round before the measurement (its MLflow step)
-    elapsed_s: float  # tuning seconds spent when measured
-    latency_ms: float
-    onnxruntime_ms: float | None
-    ratio: float | None  # latency / ONNX Runtime's (median over alternating rounds)
-    ratio_spread: list = field(default_factory=list)  # [min, max] of the per-round ratios
-    estimated_ms: float = 0.0
-    seconds: float = 0.0  # what the measurement cost (compile + timing); not counted as tuning time
-    # the model and each task's best schedule alone, timed in the same rounds (dynatune.compiler.residual)
-    same_time_model_ms: float | None = None
-    kernels_alone_ms: float | None = None  # Σ weight × latency alone
-    residual_ms: float | None = None  # what the estimate misses: same_time_model_ms - kernels_alone_ms
-
-    @property
-    def estimated_model_ms(self) -> float | None:
-        """The estimate counting what the kernels alone miss."""
-        return None if self.residual_ms is None else self.estimated_ms + self.residual_ms
-
-
 class RunCallback:
     """Base class: every event is a no-op."""
 
@@ -81,8 +65,9 @@ class RunCallback:
     def on_measurement(self, m: ModelMeasurement) -> None:
         """The periodic whole-model measurement."""
 
-    def on_finish(self, summary: dict, report_dir: str) -> None:
-        """The run ended: compiled, verified, report written. ``summary`` may be extended in place."""
+    def on_finish(self, summary: RunSummary, report_dir: str) -> None:
+        """The run ended: compiled, verified, report written. A callback may set fields of ``summary`` (the
+        MLflow callback sets its run id): the run writes ``summary.json`` after the callbacks."""
 
     def on_failure(self, exc: BaseException) -> None:
         """The run failed (after ``on_start``)."""
@@ -93,6 +78,7 @@ class CallbackList(RunCallback):
 
     def __init__(self, callbacks=()):
         self.callbacks = [c for c in callbacks if c is not None]
+        self.round: int | None = None  # the last round an event reported (None: before the first)
 
     def on_start(self, run):
         for c in self.callbacks:
@@ -102,19 +88,27 @@ class CallbackList(RunCallback):
         for c in self.callbacks:
             try:
                 getattr(c, method)(*args)
-            except Exception:
-                pass
+            except Exception as e:
+                where = "before the first round" if self.round is None else f"at round {self.round}"
+                name = type(c).__name__
+                log.warning(
+                    "callback %s failed in %s %s (the run goes on): %s: %s",
+                    name, method, where, type(e).__name__, e,
+                )
+                log.debug("callback %s: traceback", name, exc_info=True)
 
     def on_retired(self, event):
         self._each("on_retired", event)
 
     def on_round(self, record):
+        self.round = record.round
         self._each("on_round", record)
 
     def on_round_failed(self, error):
         self._each("on_round_failed", error)
 
     def on_measurement(self, m):
+        self.round = m.round
         self._each("on_measurement", m)
 
     def on_finish(self, summary, report_dir):

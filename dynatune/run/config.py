@@ -3,10 +3,11 @@
 Every key is optional (see ``configs/quickstart.yaml`` for a commented example). Before anything runs,
 :func:`load_config` checks the whole file and reports every problem at once, each with its key path::
 
-    config configs/x.yaml has 2 problems: measure.rel_tol: must be in (0, 1), got 1.5; budget: unknown key (did you mean 'budget_s'?)
+    config x.yaml has 2 problems: budget_s: must be > 0, got -5; slot: unknown key (did you mean 'slot_s'?)
 
-as ONE :class:`~dynatune.errors.DynatuneError`. The result is a tree of dataclasses (:class:`Config`) with
-every default filled in and every path resolved, so later stages never look at raw YAML.
+as ONE :class:`~dynatune.errors.DynatuneError`. The result is a tree of pydantic models (:class:`Config`,
+one per section) with every default filled in and every path resolved, so later stages never look at raw
+YAML. ``dynatune config schema`` prints its JSON schema (for an editor completing configs/*.yaml).
 
 Overrides, in order: the file, then ``--set key.path=value`` strings (the value is YAML, e.g.
 ``--set measure.adaptive=true``), then the CLI's own flags (``model``, ``shapes``, ``budget``,
@@ -18,34 +19,36 @@ this machine still load.
 
 from __future__ import annotations
 
-import dataclasses
+import difflib
 import hashlib
-import importlib.util
 import json
+import math
 import os
-from dataclasses import dataclass, field
+import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
+import typing_extensions
 import yaml
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dynatune import secrets
 from dynatune.errors import DynatuneError
+from dynatune.files import WorkDir
 from dynatune.model.extract import Lowering
 from dynatune.model.layout import CONV_LAYOUTS
-from dynatune.run.settings import (  # noqa: F401
-    BAD,
-    MAX_SEED,
-    Checker,
-    _clean,
-    _describe,
-    _join,
-    _num,
-    _short,
-    field_checks,
-    setting,
-)
 from dynatune.search.measure import MeasureConfig
+from dynatune.search.section import CONFIG_ERROR, MAX_SEED, OneOf, Section, Text, problem
 from dynatune.search.session import SearchConfig
 
 _HINT = "fix the listed keys; configs/quickstart.yaml shows every key with its default"
@@ -58,96 +61,124 @@ def scheduler_names() -> tuple[str, ...]:
     return tuple(SCHEDULERS)
 
 
-def _section(cls):
-    """A config section: a dataclass field whose value is the dataclass ``cls``."""
-    return field(default_factory=cls, metadata={"section": True})
+class ModelSection(Section):
+    path: Text | None = None  # absolute after loading; the built-in default model when not given
+    shapes: dict = Field(default_factory=dict)  # input name -> (dims)
+    name: Text | None = None  # the file stem when not given
+    version: Text | None = None
+
+    @field_validator("shapes", mode="plain", json_schema_input_type=dict[str, list[int] | str] | None)
+    @classmethod
+    def _shapes(cls, v) -> dict:
+        return _check_shapes(v)
 
 
-@dataclass
-class ModelSection:
-    path: str | None = None  # absolute after loading; the onnx package's light squeezenet when not given
-    shapes: dict = setting(default_factory=dict, check="shapes")  # input name -> (dims)
-    name: str | None = None  # the file stem when not given
-    version: str | None = None
+class SchedulerSection(Section):
+    name: OneOf(scheduler_names) = "dynatune"
+    params: dict = Field(default_factory=dict)  # scheduler-specific, passed through
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+
+    @field_validator("params", mode="plain", json_schema_input_type=dict[str, Any] | None)
+    @classmethod
+    def _params(cls, v) -> dict:
+        return _check_plain_mapping(v)
 
 
-@dataclass
-class SchedulerSection:
-    name: str = setting("dynatune", choices=scheduler_names)
-    params: dict = setting(default_factory=dict, check="plain_mapping")  # scheduler-specific, passed through
-    seed: int = setting(0, ge=0, le=MAX_SEED)
-
-
-@dataclass
-class CompileSection:
+class CompileSection(Section):
     verify: bool = True  # compare the tuned model's outputs with ONNX Runtime's
-    rel_tol: float = setting(1e-4, gt=0)
+    rel_tol: float = Field(1e-4, gt=0)
     measure_untuned: bool = True
     measure_onnxruntime: bool = True
     profile: bool = True  # per-kernel profile of the final model (report/profile.json, profile.md)
-    prepack: bool = (
-        Lowering.prepack
-    )  # CPU targets: tuned conv/dense/matmul kernels choose their weight layout
-    conv_layout: str = setting(
-        Lowering.conv_layout, choices=CONV_LAYOUTS
-    )  # auto: NHWC on CPU (dynatune.model.layout)
+    prepack: bool = Lowering.prepack  # CPU targets: tuned conv/dense/matmul kernels pick their weight layout
+    conv_layout: OneOf(lambda: CONV_LAYOUTS) = Lowering.conv_layout  # auto: NHWC on CPU (model.layout)
+    fast_math: bool = Lowering.fast_math  # CPU: exp/erf/tanh/sigmoid/softmax/GELU as vectorizable polynomials
 
     def lowering(self) -> Lowering:
         """How the model is lowered to tasks (extraction and compile share it)."""
-        return Lowering(prepack=self.prepack, conv_layout=self.conv_layout)
+        return Lowering(prepack=self.prepack, conv_layout=self.conv_layout, fast_math=self.fast_math)
 
 
-@dataclass
-class TrackingSection:
-    uri: str | None = None  # MLFLOW_TRACKING_URI, else sqlite:///<work_dir>/mlflow.db
-    experiment: str | None = None  # dynatune/<model name>
-    run_name: str | None = None
-    tags: dict = setting(default_factory=dict, check="tags")
+class TrackingSection(Section):
+    uri: Text | None = None  # MLFLOW_TRACKING_URI, else sqlite:///<work_dir>/mlflow.db
+    experiment: Text | None = None  # dynatune/<model name>
+    run_name: Text | None = None
+    tags: dict = Field(default_factory=dict)
+
+    @field_validator("tags", mode="plain", json_schema_input_type=dict[str, str] | None)
+    @classmethod
+    def _tags(cls, v) -> dict:
+        return _check_tags(v)
 
 
-@dataclass
-class LibrarySection:
+class LibrarySection(Section):
     """The schedule library (:mod:`dynatune.library`): records shared by every run on a kind of machine."""
 
     enabled: bool = True  # seed matched tasks from it at the start, write every measured batch to it
-    url: str | None = (
-        None  # SQLAlchemy URL or env:NAME; else $DYNATUNE_LIBRARY_URL, else ~/.cache/dynatune/library.db
-    )
-    seed_records: int = setting(
-        16, ge=1
-    )  # a matched task starts from this many of the library's best schedules
+    # SQLAlchemy URL or env:NAME; else $DYNATUNE_LIBRARY_URL, else ~/.cache/dynatune/library.db
+    url: Text | None = None
+    seed_records: int = Field(16, ge=1)  # a matched task starts from this many of the library's best ones
     match_keys: bool = True  # a task whose key the library holds starts from its best schedules
-    transfer: bool = (
-        True  # a new task's first batch starts with the best schedules of similar tasks (other shapes)
-    )
-    fingerprint: str | None = None  # the kind of machine the records are for; this one's when not given
+    # a new task's first batch starts with the best schedules of similar tasks (other shapes)
+    transfer: bool = True
+    fingerprint: Text | None = None  # the kind of machine the records are for; this one's when not given
 
 
-@dataclass
-class Config:
-    model: ModelSection = _section(ModelSection)
-    target: str | dict = setting("llvm", check="target")
-    budget_s: float = setting(600.0, gt=0)
-    slot_s: float = setting(20.0, gt=0)
-    warmup_share: float = setting(0.5, ge=0, le=1)  # coverage pass: at most this share of the budget ...
-    warmup_trials: int = setting(8, ge=1)  # ... gives each task a first batch of this many candidates
-    measure_every_s: float | None = setting(
-        None, ge=0
-    )  # whole-model measurement; None: 300 s if budget >= 600 s
-    scheduler: SchedulerSection = _section(SchedulerSection)
-    search: SearchConfig = _section(SearchConfig)
-    measure: MeasureConfig = _section(MeasureConfig)
-    compile: CompileSection = _section(CompileSection)
-    work_dir: str | None = None  # absolute after loading; runs/<model name> when not given
-    tracking: TrackingSection = _section(TrackingSection)
-    prefect_api_url: str | None = None
-    warm_start: list = setting(
-        default_factory=list, check="paths"
-    )  # earlier work dirs whose records seed this run
-    library: LibrarySection = _section(LibrarySection)
-    source: str = field(
-        default="(defaults)", compare=False, repr=False, metadata={"section": True}
-    )  # not a setting
+class Config(Section):
+    """A tuning run's config (one YAML file): every key optional, see configs/quickstart.yaml."""
+
+    model: ModelSection = Field(default_factory=ModelSection)
+    target: str | dict = "llvm"  # a kind name, or a mapping with a kind
+    budget_s: float = Field(600.0, gt=0)
+    slot_s: float = Field(20.0, gt=0, validate_default=True)  # <= budget_s
+    warmup_share: float = Field(0.5, ge=0, le=1)  # coverage pass: at most this share of the budget ...
+    warmup_trials: int = Field(8, ge=1)  # ... gives each task a first batch of this many candidates
+    # whole-model measurement every this many tuning seconds; None: 300 s if budget >= 600 s
+    measure_every_s: float | None = Field(None, ge=0)
+    scheduler: SchedulerSection = Field(default_factory=SchedulerSection)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    measure: MeasureConfig = Field(default_factory=MeasureConfig)
+    compile: CompileSection = Field(default_factory=CompileSection)
+    work_dir: Text | None = None  # absolute after loading; runs/<model name> when not given
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+    prefect_api_url: Text | None = None
+    warm_start: list = Field(default_factory=list)  # earlier work dirs whose records seed this run
+    library: LibrarySection = Field(default_factory=LibrarySection)
+    _source: str = PrivateAttr("(defaults)")  # where it was read from: not a setting
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def __eq__(self, other) -> bool:  # the settings, not where they were read from
+        return type(other) is type(self) and self.__dict__ == other.__dict__
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_sections_are_defaults(cls, data):
+        """``search:`` with nothing under it (YAML null) is the section with every default."""
+        if isinstance(data, dict):
+            sections = _sections()
+            data = {k: {} if v is None and k in sections else v for k, v in data.items()}
+        return data
+
+    @field_validator("target", mode="plain", json_schema_input_type=str | dict[str, Any])
+    @classmethod
+    def _target(cls, v):
+        return _check_target(v)
+
+    @field_validator("slot_s")
+    @classmethod
+    def _slot_within_budget(cls, v: float, info: ValidationInfo) -> float:
+        budget = info.data.get("budget_s")  # absent when it failed its own checks
+        if budget is not None and v > budget:
+            raise problem(f"must be <= budget_s ({_num(budget)}), got {_num(v)}")
+        return v
+
+    @field_validator("warm_start", mode="plain", json_schema_input_type=list[str] | None)
+    @classmethod
+    def _warm_start(cls, v) -> list:
+        return _check_paths(v)
 
     def to_dict(self) -> dict:
         """The fully resolved config as plain JSON-able data, safe to pass on as a parameter
@@ -164,8 +195,7 @@ class Config:
         return secrets.mask_all(self._plain())
 
     def _plain(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.pop("source", None)
+        d = self.model_dump()
         d["model"]["shapes"] = {k: list(v) for k, v in self.model.shapes.items()}
         return json.loads(json.dumps(d))  # plain lists/dicts all the way down
 
@@ -189,15 +219,11 @@ class Config:
 
 # -- loading ----------------------------------------------------------------------------------------
 def default_model_path() -> str:
-    """The onnx package's light squeezenet (ships with ``onnx``; found without importing it)."""
-    spec = importlib.util.find_spec("onnx")
-    if spec is not None and spec.submodule_search_locations:
-        root = list(spec.submodule_search_locations)[0]
-    else:  # pragma: no cover - onnx is a dependency
-        import onnx
+    """The built-in default model: the onnx package's light SqueezeNet 1.1 with seeded random weights,
+    ``squeezenet1.1-random-weights`` (:mod:`dynatune.model.default_model`; made once, then cached)."""
+    from dynatune.model.default_model import default_model_path as random_weights_squeezenet
 
-        root = os.path.dirname(onnx.__file__)
-    return os.path.join(root, "backend", "test", "data", "light", "light_squeezenet.onnx")
+    return random_weights_squeezenet()
 
 
 class _Loader(yaml.SafeLoader):
@@ -345,150 +371,18 @@ def _set_path(raw: dict, parts: list[str], value, origin: str, problems: list[st
 
 
 # -- validation -------------------------------------------------------------------------------------
-def _custom_checks(c: Checker) -> dict:
-    """The checks of the structured settings (``setting(..., check=NAME)``)."""
-
-    def shapes(v, path):
-        if v is None:
-            return {}
-        if not isinstance(v, dict):
-            return c.fail(path, f"must be a mapping of input name to shape, got {_describe(v)}")
-        out = {}
-        for name, shape in v.items():
-            if not isinstance(name, str) or not name:
-                c.fail(path, f"input names must be non-empty strings, got {_describe(name)}")
-                continue
-            dims = _parse_dims(shape)
-            if dims is None:
-                c.fail(
-                    _join(path, name),
-                    "must be a list of positive integers or a string like '1x3x224x224', "
-                    f"got {_describe(shape)}",
-                )
-                continue
-            out[name] = dims
-        return out
-
-    def target(v, path):
-        if isinstance(v, str):
-            if not v.strip():
-                return c.fail(path, "must not be empty")
-            if " " in v.strip():
-                return c.fail(
-                    path,
-                    f"{_short(v)} uses the CLI string form, which TVM 0.27 rejects; "
-                    "give a kind name like 'llvm' or a mapping such as {kind: llvm, mcpu: ...}",
-                )
-            return v
-        if isinstance(v, dict):
-            kind = (
-                c.string(v["kind"], _join(path, "kind"))
-                if "kind" in v
-                else c.fail(path, "a target mapping needs a 'kind' (e.g. llvm, cuda)")
-            )
-            d = c.plain({k: x for k, x in v.items() if k != "kind"}, path)
-            return BAD if kind is BAD or d is BAD else {"kind": kind, **d}
-        return c.fail(path, f"must be a kind name like 'llvm' or a mapping with a 'kind', got {_describe(v)}")
-
-    def plain_mapping(v, path):
-        if v is None:
-            return {}
-        if not isinstance(v, dict):
-            return c.fail(path, f"must be a mapping, got {_describe(v)}")
-        return c.plain(v, path)
-
-    def tags(v, path):
-        if v is None:
-            return {}
-        if not isinstance(v, dict):
-            return c.fail(path, f"must be a mapping of string to string, got {_describe(v)}")
-        return c.items(
-            v,
-            path,
-            "tag names",
-            lambda x, p: (
-                x if isinstance(x, str) else c.fail(p, f"must be a string, got {_describe(x)} (quote it)")
-            ),
-        )
-
-    def paths(v, path):
-        if v is None:
-            return []
-        if not isinstance(v, list):
-            return c.fail(path, f"must be a list of paths, got {_describe(v)}")
-        out = [c.string(x, f"{path}[{i}]") for i, x in enumerate(v)]
-        return BAD if any(x is BAD for x in out) else [os.path.abspath(x) for x in out]
-
-    rpc_fields = {
-        "tracker_host": lambda v, p: c.string(v, p),
-        "tracker_port": lambda v, p: c.integer(v, p, 1, 65535),
-        "tracker_key": lambda v, p: c.string(v, p),
-        "session_timeout_s": lambda v, p: c.number(v, p, gt=0),
-        "max_workers": lambda v, p: c.integer(v, p, 1),
-    }
-
-    def rpc(v, path):
-        got = c.mapping(v, path, rpc_fields, nullable_section=False)
-        if got is None:
-            return BAD
-        missing = [k for k in ("tracker_host", "tracker_port", "tracker_key") if k not in got]
-        if missing:
-            c.fail(path, f"missing {', '.join(missing)}")
-        if missing or any(x is BAD for x in got.values()):
-            return BAD
-        return got
-
-    return {
-        "shapes": shapes,
-        "target": target,
-        "plain_mapping": plain_mapping,
-        "tags": tags,
-        "paths": paths,
-        "rpc": rpc,
-    }
-
-
 def _validate(raw: dict, source: str, problems: list[str]) -> Config:
-    c = Checker(problems)
-    custom = _custom_checks(c)
-    sections = {
-        f.name: f.default_factory
-        for f in dataclasses.fields(Config)
-        if f.metadata.get("section") and f.name != "source"
-    }
-    schema: dict[str, Any] = {name: field_checks(cls, c, custom) for name, cls in sections.items()}
-    schema.update(field_checks(Config, c, custom))
-
-    got: dict[str, Any] = {}
-    for key, value in raw.items():
-        if not isinstance(key, str) or key not in schema:
-            c.unknown("", key, schema)
-            continue
-        spec = schema[key]
-        if isinstance(spec, dict):
-            sec = c.mapping(value, key, spec)
-            got[key] = BAD if sec is None else sec
-        else:
-            got[key] = spec(value, key)
-
-    # cross-field checks, only between values that are valid on their own
-    budget = got.get("budget_s", Config.budget_s)
-    slot = got.get("slot_s", Config.slot_s)
-    if budget is not BAD and slot is not BAD and slot > budget:
-        c.fail("slot_s", f"must be <= budget_s ({_num(budget)}), got {_num(slot)}")
-    m = got.get("measure") if isinstance(got.get("measure"), dict) else {}
-    lo = m.get("min_repeats", MeasureConfig.min_repeats)
-    hi = m.get("max_repeats", MeasureConfig.max_repeats)
-    if lo is not BAD and hi is not BAD and hi < lo:
-        c.fail("measure.max_repeats", f"must be >= measure.min_repeats ({lo}), got {hi}")
-
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as exc:
+        problems = [*problems, *_problem_lines(exc)]
     if problems:
         n = len(problems)
         raise DynatuneError(
             f"config {source} has {n} problem{'s' if n != 1 else ''}: " + "; ".join(problems), _HINT
         )
 
-    cfg = Config(**{k: sections[k](**v) if k in sections else v for k, v in got.items()}, source=source)
+    cfg._source = source
     model = cfg.model
     model.path = os.path.abspath(model.path) if model.path else default_model_path()
     stem = Path(model.path).stem
@@ -498,16 +392,324 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
     tracking.uri = (
         secrets.resolve(tracking.uri, "tracking.uri")
         or os.environ.get("MLFLOW_TRACKING_URI")
-        or "sqlite:///" + os.path.join(cfg.work_dir, "mlflow.db")
+        or "sqlite:///" + WorkDir(cfg.work_dir).mlflow_db
     )
     tracking.experiment = tracking.experiment or f"dynatune/{model.name}"
-    cfg.prefect_api_url = secrets.resolve(cfg.prefect_api_url, "prefect_api_url")
-    if cfg.measure.rpc is not None:
-        cfg.measure.rpc = dict(cfg.measure.rpc)
+    cfg.prefect_api_url = secrets.resolve(cfg.prefect_api_url, "prefect_api_url") or None
     return cfg
 
 
+# pydantic's errors -> ``key.path: message`` lines (the messages every config problem has always had)
+def _problem_lines(exc: ValidationError) -> list[str]:
+    out: list = []
+    missing: dict[tuple, list[str]] = {}  # parent's loc -> missing keys, one line per parent
+    for e in exc.errors(include_url=False):
+        loc, kind, value, ctx = tuple(e["loc"]), e["type"], e.get("input"), e.get("ctx") or {}
+        path = _path(loc)
+        if kind == CONFIG_ERROR:  # a validator's own check: one problem or several, under this path
+            out += [f"{path}{at}: {msg}" for at, msg in ctx["at"]]
+        elif kind in ("extra_forbidden", "invalid_key"):  # invalid_key: not a string (its input is the key)
+            key = value if kind == "invalid_key" else loc[-1]
+            out.append(f"{_join(_path(loc[:-1]), key)}: unknown key ({_suggest((*loc[:-1], key))})")
+        elif kind == "missing":
+            if loc[:-1] not in missing:
+                missing[loc[:-1]] = []
+                out.append(loc[:-1])  # the line goes here, written below
+            missing[loc[:-1]].append(str(loc[-1]))
+        else:
+            out.append(f"{path}: {_message(loc, kind, value, e['msg'])}")
+    return [
+        f"{_path(x) or 'config'}: missing {', '.join(missing[x])}" if isinstance(x, tuple) else x for x in out
+    ]
+
+
+def _message(loc: tuple, kind: str, v, fallback: str) -> str:
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"must be a mapping, got {_describe(v)}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"must be an integer, got {_describe(v)}"
+    if kind in ("float_type", "float_parsing", "finite_number"):
+        if kind == "finite_number" or (isinstance(v, int) and not isinstance(v, bool)):  # 10**400
+            return f"must be a finite number, got {_short(v)}"
+        return f"must be a number, got {_describe(v)}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false, got {_describe(v)}"
+    if kind == "string_type":
+        node = _node(loc)
+        what = "a string or null" if node is not None and node[2] else "a string"
+        return f"must be {what}, got {_describe(v)}{_quote_hint(v)}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return _bounds_message(loc, v)
+    return _clean(fallback)
+
+
+def _bounds_message(loc: tuple, v) -> str:
+    """A bound's problem, with the setting's whole range (``must be in (0, 1)``), not just the bound."""
+    tp, meta, _ = _node(loc) or (float, [], False)
+    b = {k: getattr(m, k) for m in meta for k in ("gt", "ge", "lt", "le") if getattr(m, k, None) is not None}
+    gt, ge, lt, le = b.get("gt"), b.get("ge"), b.get("lt"), b.get("le")
+    got = _short(v)
+    if tp is int:
+        lo = ge if ge is not None else (gt + 1 if gt is not None else None)
+        hi = le if le is not None else (lt - 1 if lt is not None else None)
+        if lo is not None and hi is not None:
+            return f"must be in [{lo}, {hi}], got {got}"
+        return f"must be >= {lo}, got {got}" if lo is not None else f"must be <= {hi}, got {got}"
+    lo, hi = (gt if gt is not None else ge), (lt if lt is not None else le)
+    if lo is not None and hi is not None:
+        left, right = ("(" if gt is not None else "["), (")" if lt is not None else "]")
+        return f"must be in {left}{_num(lo)}, {_num(hi)}{right}, got {got}"
+    if lo is not None:
+        return f"must be {'>' if gt is not None else '>='} {_num(lo)}, got {got}"
+    return f"must be {'<' if lt is not None else '<='} {_num(hi)}, got {got}"
+
+
+def _suggest(loc: tuple) -> str:
+    key, known = loc[-1], list(_fields_of((_node(loc[:-1]) or (None,))[0]) or {})
+    close = difflib.get_close_matches(key, known, n=1) if isinstance(key, str) else []
+    return f"did you mean '{close[0]}'?" if close else f"expected one of: {', '.join(known)}"
+
+
+def _node(loc: tuple):
+    """``(type, constraints, nullable)`` of the setting at ``loc`` (the config itself at ``()``); None
+    where ``loc`` leads out of the config's models."""
+    node = (Config, [], False)
+    for key in loc:
+        fields = _fields_of(node[0])
+        if not fields or key not in fields:
+            return None
+        node = _unwrap(*fields[key])
+    return node
+
+
+def _fields_of(tp) -> dict[str, tuple[Any, list]] | None:
+    """A section's settings, ``{name: (annotation, constraints)}``; None for a plain value."""
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return {name: (f.annotation, list(f.metadata)) for name, f in tp.model_fields.items()}
+    if typing_extensions.is_typeddict(tp):
+        return {
+            name: (hint, [])
+            for name, hint in typing_extensions.get_type_hints(tp, include_extras=True).items()
+        }
+    return None
+
+
+def _unwrap(annotation, meta: list):
+    nullable = False
+    while True:
+        origin, args = typing_extensions.get_origin(annotation), typing_extensions.get_args(annotation)
+        if origin is typing_extensions.Annotated:
+            annotation = args[0]
+            meta = [*meta, *(m for a in args[1:] for m in getattr(a, "metadata", [a]))]
+        elif origin in (typing_extensions.Required, typing_extensions.NotRequired):
+            annotation = args[0]
+        elif origin in (typing.Union, types.UnionType) and type(None) in args:
+            nullable = True
+            rest = [a for a in args if a is not type(None)]
+            if len(rest) != 1:
+                break
+            annotation = rest[0]
+        else:
+            break
+    return annotation, meta, nullable
+
+
+def _sections() -> set[str]:
+    return {
+        name
+        for name, f in Config.model_fields.items()
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+    }
+
+
+# the structured settings' checks (field validators): each reports every problem it finds at once
+def _check_shapes(v) -> dict:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise problem(f"must be a mapping of input name to shape, got {_describe(v)}")
+    out, bad = {}, []
+    for name, shape in v.items():
+        if not isinstance(name, str) or not name:
+            bad.append(("", f"input names must be non-empty strings, got {_describe(name)}"))
+            continue
+        dims = _parse_dims(shape)
+        if dims is None:
+            msg = "must be a list of positive integers or a string like '1x3x224x224'"
+            bad.append((_dot(name), f"{msg}, got {_describe(shape)}"))
+            continue
+        out[name] = dims
+    _raise_any(bad)
+    return out
+
+
+def _check_target(v):
+    if isinstance(v, str):
+        if not v.strip():
+            raise problem("must not be empty")
+        if " " in v.strip():
+            raise problem(
+                f"{_short(v)} uses the CLI string form, which TVM 0.27 rejects; "
+                "give a kind name like 'llvm' or a mapping such as {kind: llvm, mcpu: ...}"
+            )
+        return v
+    if isinstance(v, dict):
+        bad: list[tuple[str, str]] = []
+        if "kind" not in v:
+            bad.append(("", "a target mapping needs a 'kind' (e.g. llvm, cuda)"))
+        elif msg := _string_problem(v["kind"]):
+            bad.append((".kind", msg))
+        rest = _plain({k: x for k, x in v.items() if k != "kind"}, "", bad)
+        _raise_any(bad)
+        return {"kind": v["kind"], **rest}
+    raise problem(f"must be a kind name like 'llvm' or a mapping with a 'kind', got {_describe(v)}")
+
+
+def _check_plain_mapping(v) -> dict:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise problem(f"must be a mapping, got {_describe(v)}")
+    bad: list[tuple[str, str]] = []
+    out = _plain(v, "", bad)
+    _raise_any(bad)
+    return out
+
+
+def _check_tags(v) -> dict:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise problem(f"must be a mapping of string to string, got {_describe(v)}")
+    bad = [("", f"tag names must be strings, got {_describe(k)}") for k in v if not isinstance(k, str)]
+    bad += [
+        (_dot(k), f"must be a string, got {_describe(x)} (quote it)")
+        for k, x in v.items()
+        if isinstance(k, str) and not isinstance(x, str)
+    ]
+    _raise_any(bad)
+    return dict(v)
+
+
+def _check_paths(v) -> list:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise problem(f"must be a list of paths, got {_describe(v)}")
+    _raise_any([(f"[{i}]", msg) for i, x in enumerate(v) if (msg := _string_problem(x))])
+    return [os.path.abspath(x) for x in v]
+
+
+def _plain(v, at: str, bad: list, _stack=()):
+    """Pass-through data: JSON-able (string keys, finite numbers), returned as a copy; problems go to ``bad``
+    as ``(path under the setting, message)``."""
+    if v is None or isinstance(v, (bool, str, int)):
+        return v
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            bad.append((at, f"must be a finite number, got {_short(v)}"))
+        return v
+    if isinstance(v, (list, dict)):
+        if id(v) in _stack:
+            bad.append((at, "is a recursive structure"))
+            return None
+        stack = (*_stack, id(v))
+        if isinstance(v, list):
+            return [_plain(x, f"{at}[{i}]", bad, stack) for i, x in enumerate(v)]
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str):
+                bad.append((at, f"keys must be strings, got {_describe(k)}"))
+                continue
+            out[k] = _plain(x, at + _dot(k), bad, stack)
+        return out
+    bad.append((at, f"must be plain data (string, number, bool, null, list, mapping), got {_describe(v)}"))
+    return None
+
+
+def _string_problem(v) -> str | None:
+    if not isinstance(v, str):
+        return f"must be a string, got {_describe(v)}{_quote_hint(v)}"
+    return None if v.strip() else "must not be empty"
+
+
+def _raise_any(bad: list[tuple[str, str]]) -> None:
+    if bad:
+        raise problem(bad[0][1], *bad)
+
+
 # -- helpers ----------------------------------------------------------------------------------------
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+
+def _join(path: str, key) -> str:
+    k = key if isinstance(key, str) and _PLAIN_KEY.fullmatch(key) and len(key) <= 60 else _short(key)
+    return f"{path}.{k}" if path else k
+
+
+def _dot(key) -> str:
+    """A key's part of a path under a setting: ``.name``."""
+    return "." + _join("", key)
+
+
+def _path(loc: tuple) -> str:
+    """pydantic's ``loc`` as a key path: ``measure.rel_tol``."""
+    path = ""
+    for key in loc:
+        path = _join(path, key)
+    return path
+
+
+def _num(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _clean(text: str) -> str:
+    """One line, whatever the text holds."""
+    return " ".join(str(text).split())
+
+
+def _short(v, limit: int = 60) -> str:
+    """A one-line, bounded rendering of a value for a message."""
+    if v is None:
+        s = "null"
+    elif isinstance(v, bool):
+        s = "true" if v else "false"
+    elif isinstance(v, float):
+        s = repr(v)
+    elif isinstance(v, int):
+        s = str(v) if abs(v) < 10**30 else f"{'-' if v < 0 else ''}<{len(str(abs(v)))}-digit integer>"
+    else:
+        try:
+            s = repr(v)
+        except Exception:  # pragma: no cover - exotic objects
+            s = f"<{type(v).__name__}>"
+    s = _clean(s)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _describe(v) -> str:
+    """The kind of a value and the value itself, for type errors."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"a boolean ({_short(v)})"
+    if isinstance(v, int):
+        return f"an integer ({_short(v)})"
+    if isinstance(v, float):
+        return f"a float ({_short(v)})"
+    if isinstance(v, str):
+        return f"a string ({_short(v)})"
+    if isinstance(v, dict):
+        return f"a mapping ({_short(v)})"
+    if isinstance(v, (list, tuple)):
+        return f"a list ({_short(v)})"
+    return f"a {type(v).__name__} ({_short(v)})"
+
+
+def _quote_hint(v) -> str:
+    """For a number or a date where a string was expected: YAML read it as one."""
+    return " (quote it)" if isinstance(v, (int, float)) or type(v).__module__ == "datetime" else ""
 
 
 def _parse_dims(v) -> tuple[int, ...] | None:

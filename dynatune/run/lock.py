@@ -15,11 +15,12 @@ import sys
 import time
 
 from dynatune.errors import DynatuneError
+from dynatune.files import WorkDir
 
 
 class WorkDirLock:
     def __init__(self, work_dir: str):
-        self.path = os.path.join(work_dir, ".lock")
+        self.path = WorkDir(work_dir).lock
         self.fd = None
 
     def acquire(self, wait_s: float = 0.0) -> "WorkDirLock":

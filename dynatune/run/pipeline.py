@@ -13,7 +13,6 @@ own settings. Without Prefect the library gives the same result.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import math
 import os
@@ -22,9 +21,10 @@ from dataclasses import dataclass
 
 from dynatune import __version__
 from dynatune.errors import DynatuneError
-from dynatune.files import atomic_write_json
+from dynatune.files import WorkDir, atomic_write_json
 from dynatune.run.callbacks import CallbackList, RunStart, TaskRetired
 from dynatune.run.lock import WorkDirLock
+from dynatune.run.summary import RunSummary
 from dynatune.search.intrinsics import import_tensor_intrinsics
 
 MAX_FAILED_ROUNDS = 3  # rounds in a row that may fail (after their retries) before the run gives up
@@ -48,12 +48,13 @@ def load_model(cfg):
 
 
 def extract(model, cfg):
-    """(target, weighted tasks, cache hit): cached on (model content hash, shapes, target) in <work_dir>/cache."""
+    """(target, weighted tasks, cache hit): cached on (model content hash, shapes, target) in
+    <work_dir>/cache."""
     from dynatune.machine.target import make_target
     from dynatune.model.cache import cached_extract
 
     target = make_target(cfg.target)
-    tasks, hit = cached_extract(model, target, os.path.join(cfg.work_dir, "cache"), cfg.compile.lowering())
+    tasks, hit = cached_extract(model, target, WorkDir(cfg.work_dir).cache, cfg.compile.lowering())
     return target, tasks, hit
 
 
@@ -125,7 +126,7 @@ class TuningRun:
         try:
             self.config_hash = cfg.config_hash()
             check_same_run(cfg.work_dir, self.config_hash)  # before anything in the work dir is written
-            atomic_write_json(os.path.join(cfg.work_dir, "config.json"), cfg.to_record())
+            atomic_write_json(WorkDir(cfg.work_dir).config, cfg.to_record())
             self.model = steps.load_model(cfg)
             self.target, self.tasks, self.cache_hit = steps.extract(self.model, cfg)
             import_tensor_intrinsics()
@@ -159,7 +160,7 @@ class TuningRun:
                 # a device farm measures elsewhere: this machine's roofline does not apply
                 roofline=None if cfg.measure.rpc else machine_roofline(self.target),
             )
-            atomic_write_json(os.path.join(cfg.work_dir, "tasks.json"), [t.as_dict() for t in self.tasks])
+            atomic_write_json(WorkDir(cfg.work_dir).tasks, [t.as_dict() for t in self.tasks])
             self.untuned_estimate_s = steps.prepare(self.tuner)
         except BaseException:
             self.__exit__(None, None, None)
@@ -191,7 +192,7 @@ class TuningRun:
             self.target,
             database,
             self.cfg,
-            artifact or os.path.join(self.cfg.work_dir, "model.so"),
+            artifact or WorkDir(self.cfg.work_dir).model_so,
         )
 
     def profile(self, artifact: str) -> dict:
@@ -199,7 +200,7 @@ class TuningRun:
         the model beside its task's best schedule timed alone, and where the gap to the estimate goes."""
         from dynatune.compiler.profile import write_profile
 
-        return write_profile(artifact, self.model, self.session, os.path.join(self.cfg.work_dir, "report"))
+        return write_profile(artifact, self.model, self.session, WorkDir(self.cfg.work_dir).report_dir)
 
     def __exit__(self, *exc) -> None:
         try:
@@ -211,9 +212,9 @@ class TuningRun:
             self._lock.release()
 
 
-def run(cfg, callbacks=(), steps: Steps | None = None) -> dict:
+def run(cfg, callbacks=(), steps: Steps | None = None) -> RunSummary:
     """Tune ``cfg``'s model for its budget (resuming a run of the same config in its work dir), compile it,
-    check it against ONNX Runtime, write the report. Returns the summary."""
+    check it against ONNX Runtime, write the report and the summary. Returns the summary."""
     cbs = CallbackList(callbacks)
     t_start = time.perf_counter()
     started = False
@@ -237,15 +238,20 @@ def run(cfg, callbacks=(), steps: Steps | None = None) -> dict:
             summary = make_summary(
                 cfg, r.model, r.tasks, r.tuner, report, periodic, time.perf_counter() - t_start
             )
-            summary["library"] = r.library.report() if r.library else None
-            # the estimate when this process started tuning: with a library or a warm start, below the untuned one
-            summary["start_estimated_latency_ms"] = r.untuned_estimate_s * 1e3
+            summary.library = r.library.report() if r.library else None
+            # the estimate when this process started tuning: with a library or a warm start, below the
+            # untuned one
+            summary.start_estimated_latency_ms = r.untuned_estimate_s * 1e3
             if profile is not None:
-                summary["profile"] = {k: profile[k] for k in PROFILE_HEADLINE}
-            summary.update(residual_fields(summary["estimated_latency_ms"], r.tuner, profile))
+                summary.profile = {k: profile[k] for k in PROFILE_HEADLINE}
+            summary = summary.model_copy(
+                update=residual_fields(summary.estimated_latency_ms, r.tuner, profile)
+            )
             out = write_report(cfg, r.tuner, summary)
-            cbs.on_finish(summary, out)
-            atomic_write_json(os.path.join(out, "summary.json"), summary)
+            try:
+                cbs.on_finish(summary, out)  # a callback may add to the summary (the MLflow run id)
+            finally:
+                summary.write(WorkDir(cfg.work_dir).summary)  # once per run, with what the callbacks added
             if report is not None and not report.numerics_ok:
                 raise DynatuneError(
                     f"compiled model does not match ONNX Runtime: max relative error "
@@ -283,63 +289,56 @@ def _rounds(tuner, steps, cbs, periodic) -> None:
 
 
 # -- summary and report -------------------------------------------------------------------------------
-def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> dict:
+def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSummary:
+    """The summary of what the run tuned and, with ``report`` (the compile-and-verify report), measured; the
+    pipeline adds the library's part, the profile and the residual."""
     session = tuner.session
-    trials = sum(r["result"]["trials"] for r in tuner.rounds)
-    s = {
-        "model": model.name,
-        "model_sha256": model.sha256,
-        "model_version": cfg.model.version,
-        "scheduler": cfg.scheduler.name,
-        "tasks": len(tasks),
-        "rounds": len(tuner.rounds),
-        "trials": trials,
-        "budget_s": cfg.budget_s,
-        "elapsed_s": round(tuner.elapsed_s, 3),
-        "wall_s": round(wall_s, 3),
-        "estimated_latency_ms": session.estimated_latency() * 1e3,
-        "initial_estimated_latency_ms": session.untuned_estimated_latency() * 1e3,
-        "estimate_excludes": session.excluded_tasks(),  # tasks with no latency, left out of the estimate
-        "warmup_rounds": sum(1 for r in tuner.rounds if r.get("phase") == "warmup"),
-        "never_tuned_tasks": tuner.never_tuned(),
-        "latency_ms": None,
-        "untuned_latency_ms": None,
-        "onnxruntime_latency_ms": None,
-        "max_rel_err": None,
-        "max_abs_err": None,
-        "numerics_ok": None,
-        "artifact": None,
-        "work_dir": cfg.work_dir,
-        "ratio_vs_onnxruntime": None,
-        "ratio_vs_onnxruntime_min": None,
-        "ratio_vs_onnxruntime_max": None,
-        "measurements": periodic.points,
-        "time_to_onnxruntime_parity_s": periodic.parity_s(),
-        "periodic_measure_s": round(sum(p["seconds"] for p in periodic.points), 3),
-        "dynatune_version": __version__,
-        "retired_tasks": {
-            t.name: session.state(t.index).note for t in tasks if session.state(t.index).note
-        },  # why tasks stopped being tuned
-    }
+    elapsed_s = round(tuner.elapsed_s, 3)
+    parity_s = periodic.parity_s()  # with the final measurement, when there was one
+    measured = {}
     if report is not None:
-        s.update(
+        parity_s = periodic.parity_s(elapsed_s, report.ratio_vs_onnxruntime)
+        measured = dict(
             latency_ms=report.latency_ms,
             untuned_latency_ms=report.untuned_latency_ms,
             onnxruntime_latency_ms=report.onnxruntime_latency_ms,
             max_rel_err=report.max_rel_err,
+            max_rel_err_per_input=report.max_rel_err_per_input,  # one per verification input
             max_abs_err=report.max_abs_err,
             numerics_ok=report.numerics_ok,
             artifact=report.artifact,
             ratio_vs_onnxruntime=report.ratio_vs_onnxruntime,
             ratio_vs_onnxruntime_min=report.ratio_vs_onnxruntime_min,
             ratio_vs_onnxruntime_max=report.ratio_vs_onnxruntime_max,
-            time_to_onnxruntime_parity_s=periodic.parity_s(s["elapsed_s"], report.ratio_vs_onnxruntime),
         )
         if report.untuned_latency_ms:
-            s["speedup_vs_untuned"] = report.untuned_latency_ms / report.latency_ms
+            measured["speedup_vs_untuned"] = report.untuned_latency_ms / report.latency_ms
         if report.onnxruntime_latency_ms:
-            s["speedup_vs_onnxruntime"] = report.onnxruntime_latency_ms / report.latency_ms
-    return s
+            measured["speedup_vs_onnxruntime"] = report.onnxruntime_latency_ms / report.latency_ms
+    return RunSummary(
+        model=model.name,
+        model_sha256=model.sha256,
+        model_version=cfg.model.version,
+        scheduler=cfg.scheduler.name,
+        tasks=len(tasks),
+        rounds=len(tuner.rounds),
+        trials=sum(r["result"]["trials"] for r in tuner.rounds),
+        budget_s=cfg.budget_s,
+        elapsed_s=elapsed_s,
+        wall_s=round(wall_s, 3),
+        estimated_latency_ms=session.estimated_latency() * 1e3,
+        initial_estimated_latency_ms=session.untuned_estimated_latency() * 1e3,
+        estimate_excludes=session.excluded_tasks(),
+        warmup_rounds=sum(1 for r in tuner.rounds if r.get("phase") == "warmup"),
+        never_tuned_tasks=tuner.never_tuned(),
+        work_dir=cfg.work_dir,
+        measurements=periodic.points,
+        time_to_onnxruntime_parity_s=parity_s,
+        periodic_measure_s=round(sum(p["seconds"] for p in periodic.points), 3),
+        dynatune_version=__version__,
+        retired_tasks={t.name: session.state(t.index).note for t in tasks if session.state(t.index).note},
+        **measured,
+    )
 
 
 def residual_fields(estimate_ms: float, tuner, profile: dict | None) -> dict:
@@ -359,17 +358,18 @@ def residual_fields(estimate_ms: float, tuner, profile: dict | None) -> dict:
     }
 
 
-def write_report(cfg, tuner, summary) -> str:
-    """The work dir's ``report/``: convergence and belief plots, markdown report, summary. Returns the dir."""
+def write_report(cfg, tuner, summary: RunSummary) -> str:
+    """The work dir's ``report/``: convergence and belief plots, markdown report. Returns the dir. (Its
+    ``summary.json`` is written by :func:`run`, once, after the callbacks.)"""
     from dynatune.run import report as rp
 
-    out = os.path.join(cfg.work_dir, "report")
-    os.makedirs(out, exist_ok=True)
-    initial = summary["initial_estimated_latency_ms"] / 1e3
+    wd = WorkDir(cfg.work_dir)
+    os.makedirs(wd.report_dir, exist_ok=True)
+    initial = summary.initial_estimated_latency_ms / 1e3
     rp.convergence_plot(
         {cfg.scheduler.name: rp.curve_from_rounds(tuner.rounds, initial)},
-        os.path.join(out, "convergence.png"),
-        title=f"{summary['model']} ({cfg.scheduler.name})",
+        wd.convergence_png,
+        title=f"{summary.model} ({cfg.scheduler.name})",
     )
     ctx = tuner.context()
     table = {b.task: b for b in tuner.belief_table()}
@@ -386,11 +386,10 @@ def write_report(cfg, tuner, summary) -> str:
             }
             for t in ctx.tasks
         ],
-        os.path.join(out, "beliefs.png"),
+        wd.beliefs_png,
     )
-    rp.markdown_report(summary, tuner.rounds, os.path.join(out, "report.md"))
-    atomic_write_json(os.path.join(out, "summary.json"), summary)
-    return out
+    rp.markdown_report(summary, tuner.rounds, wd.report_md)
+    return wd.report_dir
 
 
 # -- retunes --------------------------------------------------------------------------------------------
@@ -404,29 +403,30 @@ def retune_config(cfg, now: datetime.datetime | None = None):
     """
     stamp = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     base = cfg.work_dir
-    work_dir = os.path.join(base, "retune", stamp)
+    work_dir = WorkDir(base).retune(stamp)
     prev = latest_run_dir(base)
     warm = list(cfg.warm_start)
     if prev and prev not in warm:
         warm.append(prev)
-    tracking = dataclasses.replace(
-        cfg.tracking,
-        run_name=cfg.tracking.run_name or f"retune-{stamp}",
-        tags={**cfg.tracking.tags, "trigger": "retune", "retune_of": base},
+    tracking = cfg.tracking.model_copy(
+        update={
+            "run_name": cfg.tracking.run_name or f"retune-{stamp}",
+            "tags": {**cfg.tracking.tags, "trigger": "retune", "retune_of": base},
+        }
     )
-    return dataclasses.replace(cfg, work_dir=work_dir, warm_start=warm, tracking=tracking)
+    return cfg.model_copy(update={"work_dir": work_dir, "warm_start": warm, "tracking": tracking})
 
 
 def latest_run_dir(base: str) -> str | None:
     """The newest of ``base`` and ``base/retune/*`` that holds tuning records (None if none does)."""
 
     def has_records(d):
-        p = os.path.join(d, "db", "records.jsonl")
+        p = WorkDir(d).records
         return os.path.exists(p) and os.path.getsize(p) > 0
 
-    root = os.path.join(base, "retune")
+    root = WorkDir(base).retune_root
     dated = sorted(os.listdir(root), reverse=True) if os.path.isdir(root) else []
-    for d in [os.path.join(root, x) for x in dated] + [base]:
+    for d in [WorkDir(base).retune(x) for x in dated] + [base]:
         if has_records(d):
             return d
     return None

@@ -112,38 +112,41 @@ class LiveView(RunCallback):
         else:
             print(text, file=sys.stderr, flush=True)
 
-    def print_summary(self, s: dict) -> None:
-        def ms(k):
-            v = s.get(k)
+    def print_summary(self, s) -> None:
+        """The end of ``dynatune tune``: ``s`` is the run's :class:`~dynatune.run.summary.RunSummary`."""
+
+        def ms(v):
             return f"{v:.3f} ms" if isinstance(v, (int, float)) else "-"
 
         lines = [
-            f"model {s['model']} ({s['tasks']} tasks), scheduler {s['scheduler']}: {s['rounds']} rounds, "
-            f"{s['trials']} trials, {s['elapsed_s']:.0f} s tuning, {s['wall_s']:.0f} s wall",
-            f"  estimated latency {s['estimated_latency_ms']:.3f} ms (untuned estimate "
-            f"{s['initial_estimated_latency_ms']:.3f} ms)"
+            f"model {s.model} ({s.tasks} tasks), scheduler {s.scheduler}: {s.rounds} rounds, "
+            f"{s.trials} trials, {s.elapsed_s:.0f} s tuning, {s.wall_s:.0f} s wall",
+            f"  estimated latency {s.estimated_latency_ms:.3f} ms (untuned estimate "
+            f"{s.initial_estimated_latency_ms:.3f} ms)"
             + (
-                f"; with what the kernels alone miss {s['estimated_model_latency_ms']:.3f} ms"
-                if s.get("estimated_model_latency_ms") is not None
+                f"; with what the kernels alone miss {s.estimated_model_latency_ms:.3f} ms"
+                if s.estimated_model_latency_ms is not None
                 else ""
             ),
-            f"  measured latency  {ms('latency_ms')}   untuned TVM {ms('untuned_latency_ms')}   "
-            f"ONNX Runtime {ms('onnxruntime_latency_ms')}",
+            f"  measured latency  {ms(s.latency_ms)}   untuned TVM {ms(s.untuned_latency_ms)}   "
+            f"ONNX Runtime {ms(s.onnxruntime_latency_ms)}",
         ]
-        if s.get("estimate_excludes"):
-            left_out = ", ".join(s["estimate_excludes"])
+        if s.estimate_excludes:
+            left_out = ", ".join(s.estimate_excludes)
             lines.insert(2, f"  (the estimate leaves out tasks with no measured latency: {left_out})")
-        if s.get("max_rel_err") is not None:
+        if s.max_rel_err is not None:
+            per = s.max_rel_err_per_input or []
+            each = f" over {len(per)} random inputs ({', '.join(f'{e:.1e}' for e in per)})" if per else ""
             lines.append(
-                f"  numerics vs ONNX Runtime: max rel err {s['max_rel_err']:.2e} "
-                f"({'ok' if s.get('numerics_ok') else 'FAILED'})"
+                f"  numerics vs ONNX Runtime: max rel err {s.max_rel_err:.2e}{each} "
+                f"({'ok' if s.numerics_ok else 'FAILED'})"
             )
-        if s.get("never_tuned_tasks"):
+        if s.never_tuned_tasks:
             lines.append(
-                f"  {len(s['never_tuned_tasks'])} of {s['tasks']} tasks were never tuned (the budget "
+                f"  {len(s.never_tuned_tasks)} of {s.tasks} tasks were never tuned (the budget "
                 f"could not pay one batch each): they run their untuned schedules"
             )
-        lines.append(f"  compiled library: {s.get('artifact')}")
-        lines.append(f"  work dir: {s['work_dir']}")
-        lines.append(f"  MLflow run {s['mlflow_run_id']}: {s.get('mlflow_ui', '')}")
+        lines.append(f"  compiled library: {s.artifact}")
+        lines.append(f"  work dir: {s.work_dir}")
+        lines.append(f"  MLflow run {s.mlflow_run_id}: {s.mlflow_ui or ''}")
         print("\n".join(lines))

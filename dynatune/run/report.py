@@ -1,6 +1,7 @@
 """Plots and text reports of tuning runs.
 
-Everything here works on plain data (the dicts of ``rounds.jsonl``, belief rows, run summaries), so the CLI
+Everything here works on plain data (the dicts of ``rounds.jsonl``, belief rows, run summaries: a
+:class:`~dynatune.run.summary.RunSummary` or its ``summary.json`` dict), so the CLI
 (``dynatune tune``, ``dynatune report``, ``dynatune compare``) and the pipeline (which logs the files as
 MLflow artifacts) can share it. Latencies come in seconds and are shown in milliseconds.
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import math
 import os
+
+from dynatune.run.summary import RunSummary
 
 __all__ = [
     "belief_plot",
@@ -348,24 +351,24 @@ def rounds_table(rounds: list[dict], last: int | None = None, initial_s: float |
     return _table(headers, rows, right={0, 2, 3, 4, 5})
 
 
-def _speedup(summary: dict, ref_key: str) -> str:
-    lat = summary.get("latency_ms")
-    v = _ratio(summary.get(ref_key), lat)
+def _speedup(reference_ms, latency_ms) -> str:
+    v = _ratio(reference_ms, latency_ms)
     return DASH if v is None else f"{v:.2f}x"
 
 
-def _ratio_spread(summary: dict) -> str:
+def _ratio_spread(summary: RunSummary) -> str:
     r, lo, hi = (
-        _num(summary.get(k))
-        for k in ("ratio_vs_onnxruntime", "ratio_vs_onnxruntime_min", "ratio_vs_onnxruntime_max")
+        _num(summary.ratio_vs_onnxruntime),
+        _num(summary.ratio_vs_onnxruntime_min),
+        _num(summary.ratio_vs_onnxruntime_max),
     )
     if r is None:
         return DASH
     return f"{r:.3f}" if lo is None or hi is None else f"{r:.3f} ({lo:.3f}-{hi:.3f})"
 
 
-def compare_table(runs: dict[str, dict]) -> str:
-    """One row per run (label -> summary dict); a missing value shows as "-".
+def compare_table(runs: dict[str, RunSummary | dict]) -> str:
+    """One row per run (label -> summary, or its dict); a missing value shows as "-".
 
     Columns: label, model, scheduler, rounds, trials, tuning s, est. ms, measured ms, speedup vs untuned,
     speedup vs ONNX Runtime (both from the measured latency).
@@ -374,20 +377,20 @@ def compare_table(runs: dict[str, dict]) -> str:
         return NO_RUNS
     rows = []
     for label, s in runs.items():
-        s = s or {}
-        model = s.get("model")
+        s = RunSummary.of(s)
+        model = s.model
         rows.append(
             [
                 str(label),
                 _truncate(os.path.basename(str(model)), 24) if model else DASH,
-                _text(s.get("scheduler")),
-                _int(s.get("rounds")),
-                _int(s.get("trials")),
-                _fmt(s.get("elapsed_s"), ".1f"),
-                _fmt(s.get("estimated_latency_ms"), ".3f"),
-                _fmt(s.get("latency_ms"), ".3f"),
-                _speedup(s, "untuned_latency_ms"),
-                _speedup(s, "onnxruntime_latency_ms"),
+                _text(s.scheduler),
+                _int(s.rounds),
+                _int(s.trials),
+                _fmt(s.elapsed_s, ".1f"),
+                _fmt(s.estimated_latency_ms, ".3f"),
+                _fmt(s.latency_ms, ".3f"),
+                _speedup(s.untuned_latency_ms, s.latency_ms),
+                _speedup(s.onnxruntime_latency_ms, s.latency_ms),
             ]
         )
     headers = [
@@ -430,45 +433,50 @@ _HEADLINE = [
 ]
 
 
-def markdown_report(summary: dict, rounds: list[dict], path: str) -> str:
+def markdown_report(summary: RunSummary | dict | None, rounds: list[dict], path: str) -> str:
     """Write a short markdown report of one run to ``path`` and return its text.
 
     Title (model, scheduler), headline numbers, the 10 rounds with the largest gains, and links to the
     plots ``convergence.png`` and ``beliefs.png`` (expected next to the report).
     """
-    summary = summary or {}
-    model = summary.get("model")
+    summary = RunSummary.of(summary)  # a summary.json dict (an older run's, or partial) is read into one
+    model = summary.model
     model_name = os.path.basename(str(model)) if model else DASH
-    lines = [f"# dynatune: {_md_escape(model_name)} ({_md_escape(_text(summary.get('scheduler')))})", ""]
+    lines = [f"# dynatune: {_md_escape(model_name)} ({_md_escape(_text(summary.scheduler))})", ""]
 
     lines += ["| metric | value |", "|---|---|"]
     lines.append(f"| model | {_md_escape(_text(model))} |")
-    lines.append(f"| scheduler | {_md_escape(_text(summary.get('scheduler')))} |")
-    for key, label, fmt in _HEADLINE:
-        lines.append(f"| {label} | {fmt(summary.get(key))} |")
-    lines.append(f"| speedup vs untuned | {_speedup(summary, 'untuned_latency_ms')} |")
-    lines.append(f"| speedup vs ONNX Runtime | {_speedup(summary, 'onnxruntime_latency_ms')} |")
+    lines.append(f"| scheduler | {_md_escape(_text(summary.scheduler))} |")
+    for field, label, fmt in _HEADLINE:
+        lines.append(f"| {label} | {fmt(getattr(summary, field))} |")
+    lines.append(f"| speedup vs untuned | {_speedup(summary.untuned_latency_ms, summary.latency_ms)} |")
+    lines.append(
+        f"| speedup vs ONNX Runtime | {_speedup(summary.onnxruntime_latency_ms, summary.latency_ms)} |"
+    )
     lines.append(
         f"| TVM / ONNX Runtime, side by side (median, min-max of rounds) | {_ratio_spread(summary)} |"
     )
-    rel = _num(summary.get("max_rel_err"))
-    lines.append(f"| max relative error | {DASH if rel is None else f'{rel:.3g}'} |")
-    lines.append(f"| numerics ok | {_text(summary.get('numerics_ok'))} |")
-    lines.append(f"| artifact | {_md_escape(_text(summary.get('artifact')))} |")
+    rel = _num(summary.max_rel_err)
+    per = [_num(e) for e in summary.max_rel_err_per_input or []]
+    per_text = ", ".join(DASH if e is None else f"{e:.3g}" for e in per)
+    each = f" (over {len(per)} random inputs: {per_text})" if per else ""
+    lines.append(f"| max relative error | {DASH if rel is None else f'{rel:.3g}'}{each} |")
+    lines.append(f"| numerics ok | {_text(summary.numerics_ok)} |")
+    lines.append(f"| artifact | {_md_escape(_text(summary.artifact))} |")
     lines.append("")
-    never = summary.get("never_tuned_tasks") or []
+    never = summary.never_tuned_tasks
     if never:
         lines += [
-            f"{len(never)} of {_int(summary.get('tasks'))} tasks were never tuned (the budget could not pay "
+            f"{len(never)} of {_int(summary.tasks)} tasks were never tuned (the budget could not pay "
             f"one batch each) and run their untuned schedules: "
             f"{', '.join(_md_escape(str(n)) for n in never)}.",
             "",
         ]
-    lib = summary.get("library")
+    lib = summary.library
     if lib:
         lines += [
             f"Schedule library ({_md_escape(_text(lib.get('url')))}): {_int(lib.get('matched_tasks'))} of "
-            f"{_int(summary.get('tasks'))} tasks matched and started from "
+            f"{_int(summary.tasks)} tasks matched and started from "
             f"{_int(lib.get('seeded_records'))} of its records; this run wrote "
             f"{_int(lib.get('written_records'))} records to it"
             + (f" until it failed: {_md_escape(lib['write_error'])}" if lib.get("write_error") else "")
@@ -488,17 +496,18 @@ def markdown_report(summary: dict, rounds: list[dict], path: str) -> str:
                 + ".",
                 "",
             ]
-    prof = summary.get("profile")
+    prof = summary.profile
     if prof:
         lines += [
-            f"Where the model's time goes (`profile.md`): {_fmt(prof.get('model_ms'), '.3f')} ms in the model, "
+            f"Where the model's time goes (`profile.md`): "
+            f"{_fmt(prof.get('model_ms'), '.3f')} ms in the model, "
             f"{_fmt(prof.get('kernel_ms'), '.3f')} ms in tuned-task kernels, "
             f"{_fmt(prof.get('calls_without_task_ms'), '.3f')} ms in calls with no task, "
             f"{_fmt(prof.get('between_calls_ms'), '.3f')} ms between calls; the estimate "
             f"(weight x latency, re-timed alone) is {_fmt(prof.get('estimate_ms'), '.3f')} ms.",
             "",
         ]
-    excluded = summary.get("estimate_excludes") or []
+    excluded = summary.estimate_excludes
     if excluded:
         names = ", ".join(_md_escape(str(n)) for n in excluded)
         lines += [

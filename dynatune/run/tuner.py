@@ -12,9 +12,9 @@ budget counts tuning time across all processes of the run.
 
 Coverage pass: before slots compete, every task that was never tuned gets ONE short first batch
 (``warmup_trials`` candidates, at most ``trials_per_iter``), heaviest untuned weighted latency first, for
-at most ``warmup_share`` of the budget. A task's first batch brings it 10-60x below its naive default, so a short run must not leave
-tasks there. These rounds are recorded like any other (``phase: "warmup"``); the scheduler is not asked
-and its state does not change, and it decides every round after the pass.
+at most ``warmup_share`` of the budget. A task's first batch brings it 10-60x below its naive default, so
+a short run must not leave tasks there. These rounds are recorded like any other (``phase: "warmup"``); the
+scheduler is not asked and its state does not change, and it decides every round after the pass.
 
 When the pass's share runs out before every task got its batch, a task the scheduler then picks that was
 never tuned gets that same first batch, not a whole slot: a whole slot on a tiny task (a pooling, a
@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from dynatune.errors import DynatuneError
-from dynatune.files import atomic_write_json
+from dynatune.files import WorkDir, atomic_write_json
 from dynatune.schedulers import Belief, RoundContext, TaskView, make_scheduler
 from dynatune.search.database import JsonlWriter, read_jsonl
 from dynatune.search.session import RoundResult, TuningSession
@@ -79,7 +79,8 @@ class Tuner:
         warmup_trials: int = 8,
         roofline=None,
     ):
-        """``roofline``: this machine's (:mod:`dynatune.machine.roofline`), for each task's latency bound (None: unknown)."""
+        """``roofline``: this machine's (:mod:`dynatune.machine.roofline`), for each task's latency bound
+        (None: unknown)."""
         self.session = session
         self.tasks = session.tasks
         self.budget_s = budget_s
@@ -88,9 +89,9 @@ class Tuner:
         self.warmup_trials = warmup_trials
         self.scheduler = make_scheduler(scheduler_name, seed=seed, **(scheduler_params or {}))
         self.scheduler_name = scheduler_name
-        wd = session.work_dir
-        self.run_path = os.path.join(wd, "run.json")
-        self.rounds_path = os.path.join(wd, "rounds.jsonl")
+        wd = WorkDir(session.work_dir)
+        self.run_path = wd.run_state
+        self.rounds_path = wd.rounds
         self.rounds: list[dict] = read_jsonl(self.rounds_path)
         self.run_state = self._load_run_state()
         if self.rounds and "scheduler_state" in self.rounds[-1]:
@@ -186,12 +187,13 @@ class Tuner:
         return max(todo, key=lambda t: (weighted_default(t), t.weight * t.flops, -t.index)).index
 
     def _first_batch_only(self, task: int) -> bool:
-        """The scheduler picked a task the coverage pass did not reach: it gets its first batch, not a slot."""
+        """The scheduler picked a task the coverage pass did not reach: it gets its first batch, not a
+        slot."""
         return self.warmup_share > 0 and not self.session.state(task).history
 
     def residual_s(self) -> float | None:
-        """What the estimate misses, from the last periodic measurement (:mod:`dynatune.compiler.periodic`) that
-        measured it; None before the first."""
+        """What the estimate misses, from the last periodic measurement (:mod:`dynatune.compiler.periodic`)
+        that measured it; None before the first."""
         from dynatune.compiler.periodic import latest_residual_ms
 
         ms = latest_residual_ms(self.run_state.get("measurements", []))
@@ -274,7 +276,7 @@ class Tuner:
 
 def check_same_run(work_dir: str, config_hash: str) -> None:
     """Refuse (before anything is written) a work directory that holds a run of a different config."""
-    path = os.path.join(work_dir, "run.json")
+    path = WorkDir(work_dir).run_state
     if not os.path.exists(path):
         return
     try:

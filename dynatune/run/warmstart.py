@@ -13,19 +13,20 @@ import json
 import os
 
 from dynatune.errors import DynatuneError
-from dynatune.files import atomic_write_json
+from dynatune.files import WorkDir, atomic_write_json
 from dynatune.search.database import TuningDatabase
 
 
 def warm_start(session, sources: list[str]) -> dict:
     keys = {t.key for t in session.tasks}
-    done_path = os.path.join(session.work_dir, "warm_start.json")
+    done_path = WorkDir(session.work_dir).warm_start_done
     done = json.load(open(done_path)) if os.path.exists(done_path) else {}
     report = {"sources": [], "matched_tasks": 0, "records": 0}
     matched: set[str] = set()
     for src in sources:
         src = os.path.abspath(src)
-        db_dir = os.path.join(src, "db") if os.path.isdir(os.path.join(src, "db")) else src
+        src_wd = WorkDir(src)  # an earlier run's work dir, or a bare tuning database
+        db_dir = src_wd.db if os.path.isdir(src_wd.db) else src
         if not os.path.exists(os.path.join(db_dir, "records.jsonl")):
             raise DynatuneError(
                 f"warm_start source {src} has no tuning records", "give an earlier run's work_dir"
@@ -35,7 +36,7 @@ def warm_start(session, sources: list[str]) -> dict:
             continue
         other = TuningDatabase(db_dir, read_only=True)
         n = session.import_records(other, keys & set(other.keys()))
-        states = _states(os.path.join(src, "session.json"))
+        states = _states(src_wd.session)
         # matched: tuned there (records), or only measured there (its untuned latency is still valid)
         common = keys & (set(other.keys()) | set(states))
         for key in common:

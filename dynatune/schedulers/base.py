@@ -63,10 +63,6 @@ class RoundContext:
     elapsed_s: float = 0.0
     budget_s: float = math.inf
 
-    def objective(self) -> float:
-        """Estimated model latency: sum of weight x best latency (seconds)."""
-        return sum(t.weight * t.best_s for t in self.tasks)
-
 
 @dataclass
 class Belief:

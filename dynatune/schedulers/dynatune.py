@@ -2,9 +2,10 @@
 
 Each round one task gets the slot. For task ``i`` with weighted latency ``L_i = weight_i x best_i`` the
 belief model (:mod:`dynatune.beliefs`; ``belief_model``: ``headroom`` by default, the roofline gap and a
-zero-inflated jump likelihood, or ``curves``, learning-curve extrapolation) predicts the drop ``G_i`` of ``L_i`` after one more slot, with mean
-``m_i`` and standard deviation ``s_i``. The objective is ``sum_i L_i``; slots are equal, so the best use of
-the next slot is the task with the largest ``G_i``. Under uncertainty we rank by an upper confidence bound::
+zero-inflated jump likelihood, or ``curves``, learning-curve extrapolation) predicts the drop ``G_i`` of
+``L_i`` after one more slot, with mean ``m_i`` and standard deviation ``s_i``. The objective is ``sum_i L_i``;
+slots are equal, so the best use of the next slot is the task with the largest ``G_i``. Under uncertainty we
+rank by an upper confidence bound::
 
     score_i = m_i + c * s_i + c_visit * L_i * sqrt(ln N / n_i)
 
@@ -55,7 +56,8 @@ class DynaTuneScheduler(ParamScheduler):
         "stall_strength": 2.0,  # prior weight (in tasks) of the time-to-first-improvement model
         "fallback": "share",  # all tasks negligible: "share" (L_i / n_i) or "uncertain" (m_i + c s_i)
         "stop_when_negligible": False,  # all tasks left negligible: stop (True) or go on with the best
-        "belief_model": "headroom",  # the belief model: "headroom" (roofline + jumps) or "curves" (learning curves)
+        # the belief model: "headroom" (roofline + jumps) or "curves" (learning curves)
+        "belief_model": "headroom",
     }
 
     def __init__(self, seed: int = 0, **params):

@@ -138,7 +138,8 @@ def default_batch_callbacks() -> list[BatchCallback]:
 
 def short_error(msg) -> str:
     """One line for an error message: its first line, and its last when that says more (a runner's
-    ``LocalRunner: An exception occurred`` is followed by the worker's traceback, whose last line is the cause)."""
+    ``LocalRunner: An exception occurred`` is followed by the worker's traceback, whose last line is the
+    cause)."""
     lines = [ln.strip() for ln in str(msg or "").strip().splitlines() if ln.strip()]
     if not lines:
         return "unknown error"

@@ -1,10 +1,10 @@
 """A MetaSchedule builder whose worker pool lives as long as the session.
 
 The stock ``LocalBuilder`` makes a new process pool for every ``build()`` call, and each fresh worker
-imports ``tvm.s_tir.tensor_intrin`` (about 20 s here, the plain way) before its first build: ~3.4 s per trial instead
-of ~1.5 s. This builder keeps its workers, skips that import (a scheduled module carries no reference to
-the intrinsic registry), and links each candidate into a shared library in the worker, so the runner
-only has to ``dlopen`` it. Workers are recycled after ``max_uses`` builds to bound TVM's known leak,
+imports ``tvm.s_tir.tensor_intrin`` (about 20 s here, the plain way) before its first build: ~3.4 s per
+trial instead of ~1.5 s. This builder keeps its workers, skips that import (a scheduled module carries no
+reference to the intrinsic registry), and links each candidate into a shared library in the worker, so the
+runner only has to ``dlopen`` it. Workers are recycled after ``max_uses`` builds to bound TVM's known leak,
 and a worker that dies or hangs is replaced by the pool on the next call.
 """
 
@@ -47,7 +47,8 @@ class PersistentBuilder(PyBuilder):
         artifact_dir: str | None = None,
         build_fn=build_and_export,
     ) -> None:
-        """``build_fn(mod, target, out_dir) -> artifact path`` runs in the workers (tests pass failing ones)."""
+        """``build_fn(mod, target, out_dir) -> artifact path`` runs in the workers (tests pass failing
+        ones)."""
         super().__init__()
         self.build_fn = build_fn
         self.max_workers = max_workers

@@ -19,37 +19,54 @@ timings with :func:`stop_reason`, so nothing beyond the timings has to cross the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
+from statistics import NormalDist
+from typing import Annotated
 
 import numpy as np
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from typing_extensions import Required, TypedDict
 
-from dynatune.run.settings import setting
 from dynatune.search.index_args import args_key
+from dynatune.search.section import Section, Text, problem
 
 
-@dataclass
-class MeasureConfig:
+class RpcConfig(TypedDict, total=False):
+    """A device farm (``measure.rpc``): TVM's RPC tracker and the key its devices register under."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    tracker_host: Required[Text]
+    tracker_port: Required[Annotated[int, Field(ge=1, le=65535)]]
+    tracker_key: Required[Text]
+    session_timeout_s: Annotated[float, Field(gt=0)]  # default: max(10, timeout_s)
+    max_workers: Annotated[int, Field(ge=1)]  # default 1
+
+
+class MeasureConfig(Section):
     """How candidates are measured (the config's ``measure:``)."""
 
     adaptive: bool = False
-    repeat: int = setting(5, ge=1)  # fixed protocol: repeats per candidate
-    min_repeat_ms: int = setting(10, ge=0)  # each repeat loops the kernel for at least this long
-    number: int = setting(1, ge=1)
-    min_repeats: int = setting(3, ge=2)  # adaptive protocol: at least this many repeats ...
-    max_repeats: int = setting(10, ge=1)  # ... and at most this many
-    batch: int = setting(2, ge=1)
-    rel_tol: float = setting(0.02, gt=0, lt=1)
-    race_factor: float = setting(1.5, gt=1)
-    quick_race_factor: float = setting(
-        3.0, gt=1
-    )  # raced after one repeat when that repeat is this much slower
-    adaptive_repeat_ms: int = setting(4, ge=0)  # each adaptive repeat loops the kernel for at least this long
-    timeout_s: float = setting(30.0, gt=0)
+    repeat: int = Field(5, ge=1)  # fixed protocol: repeats per candidate
+    min_repeat_ms: int = Field(10, ge=0)  # each repeat loops the kernel for at least this long
+    number: int = Field(1, ge=1)
+    min_repeats: int = Field(3, ge=2)  # adaptive protocol: at least this many repeats ...
+    max_repeats: int = Field(10, ge=1, validate_default=True)  # ... and at most this many
+    batch: int = Field(2, ge=1)
+    rel_tol: float = Field(0.02, gt=0, lt=1)
+    race_factor: float = Field(1.5, gt=1)
+    quick_race_factor: float = Field(3.0, gt=1)  # raced after one repeat when that repeat is this much slower
+    adaptive_repeat_ms: int = Field(4, ge=0)  # each adaptive repeat loops the kernel for at least this long
+    timeout_s: float = Field(30.0, gt=0)
     cpu_cache_flush: bool = False
-    rpc: dict | None = setting(
-        None, check="rpc"
-    )  # {tracker_host, tracker_port, tracker_key, ...}: a device farm
+    rpc: RpcConfig | None = None  # a device farm; a plain dict of the keys given
+
+    @field_validator("max_repeats")
+    @classmethod
+    def _not_below_min_repeats(cls, v: int, info: ValidationInfo) -> int:
+        lo = info.data.get("min_repeats")  # absent when it failed its own checks
+        if lo is not None and v < lo:
+            raise problem(f"must be >= measure.min_repeats ({lo}), got {v}")
+        return v
 
     @property
     def repeat_cap(self) -> int:
@@ -58,32 +75,19 @@ class MeasureConfig:
 
 
 # -- statistics (pure functions, unit-tested on synthetic timings) ----------------------------------
-_T95 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    12: 2.179,
-    15: 2.131,
-    20: 2.086,
-    30: 2.042,
-}
-
-
+@lru_cache(maxsize=None)
 def t95(df: int) -> float:
-    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom."""
+    """Two-sided 95% Student-t quantile for ``df`` degrees of freedom (``inf`` for ``df <= 0``): exact, from
+    SciPy, cached per ``df`` (it is asked for every candidate's every repeat)."""
     if df <= 0:
         return math.inf
-    for k in sorted(_T95):
-        if df <= k:
-            return _T95[k]
-    return 1.96
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
+
+
+# the median absolute deviation times this estimates a normal sample's standard deviation: 1 / Phi^-1(3/4)
+MAD_TO_SD = 1.0 / NormalDist().inv_cdf(0.75)
 
 
 def trim_outliers(xs) -> list[float]:
@@ -91,7 +95,7 @@ def trim_outliers(xs) -> list[float]:
     if len(xs) < 4:
         return xs
     med = float(np.median(xs))
-    mad = float(np.median([abs(x - med) for x in xs])) * 1.4826
+    mad = float(np.median([abs(x - med) for x in xs])) * MAD_TO_SD
     if mad == 0:
         return xs
     kept = [x for x in xs if abs(x - med) <= 3 * mad]

@@ -21,36 +21,37 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from dynatune.files import atomic_write_json, remove_leftovers
-from dynatune.machine.target import target_device
+from pydantic import Field
+
+from dynatune.files import WorkDir, atomic_write_json, remove_leftovers
+from dynatune.machine.target import gpu_default_schedule, target_device
 from dynatune.model.extract import Task
-from dynatune.run.settings import MAX_SEED, setting
 from dynatune.search.batch_callbacks import Batch, default_batch_callbacks, short_error
 from dynatune.search.costmodel import cost_model_names
 from dynatune.search.database import JsonlWriter, TuningDatabase, mean_secs
 from dynatune.search.index_args import bounds_by_args, index_bounds
 from dynatune.search.measure import MeasureConfig, make_runner
 from dynatune.search.retirement import RetirementPolicy
+from dynatune.search.section import MAX_SEED, OneOf, Section
 
 
-@dataclass
-class SearchConfig:
+class SearchConfig(Section):
     """Evolutionary-search settings sized for small budgets on few cores (the config's ``search:``)."""
 
-    trials_per_iter: int = setting(16, ge=1)
+    trials_per_iter: int = Field(16, ge=1)
     # a lean search: on 2 cores a population of 128 evolved twice took 60 % of the tuning time, and 64 evolved
     # once reached 1.4x lower latencies in the same seconds (bench/search_cost.py, BENCHMARKS.md)
-    population_size: int = setting(64, ge=8)
-    init_measured_ratio: float = setting(0.2, ge=0, le=1)
-    init_min_unmeasured: int = setting(16, ge=0)
-    genetic_num_iters: int = setting(1, ge=0)
-    genetic_mutate_prob: float = setting(0.85, ge=0, le=1)
-    eps_greedy: float = setting(0.05, ge=0, le=1)
-    max_trials_per_task: int = setting(10_000, ge=1)
-    cost_model: str = setting("xgb", choices=cost_model_names)  # xgb | ensemble (AdaTune) | random
+    population_size: int = Field(64, ge=8)
+    init_measured_ratio: float = Field(0.2, ge=0, le=1)
+    init_min_unmeasured: int = Field(16, ge=0)
+    genetic_num_iters: int = Field(1, ge=0)
+    genetic_mutate_prob: float = Field(0.85, ge=0, le=1)
+    eps_greedy: float = Field(0.05, ge=0, le=1)
+    max_trials_per_task: int = Field(10_000, ge=1)
+    cost_model: OneOf(cost_model_names) = "xgb"  # xgb | ensemble (AdaTune) | random
     contextual_exploration: bool = False  # ensemble only: rank by mean + kappa*std, kappa from sigma/best
-    seed: int = setting(0, ge=0, le=MAX_SEED)
-    build_timeout_s: float = setting(15.0, gt=0)  # a legit build takes < 1 s; a pathological one minutes
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    build_timeout_s: float = Field(15.0, gt=0)  # a legit build takes < 1 s; a pathological one minutes
 
 
 @dataclass
@@ -110,9 +111,10 @@ class TuningSession:
         retirement: RetirementPolicy | None = None,
     ):
         """``builder``, ``runner``, ``cost_model``: the collaborators (as MetaSchedule's task scheduler takes
-        them); by default a :class:`~dynatune.search.builder.PersistentBuilder`, a :class:`~dynatune.search.measure.Runner`
-        for ``measure`` and the ``search.cost_model`` (reloaded from the work dir). ``batch_callbacks``: what
-        runs after each batch (:mod:`dynatune.search.batch_callbacks`); ``retirement``: when a task stops."""
+        them); by default a :class:`~dynatune.search.builder.PersistentBuilder`, a
+        :class:`~dynatune.search.measure.Runner` for ``measure`` and the ``search.cost_model`` (reloaded from
+        the work dir). ``batch_callbacks``: what runs after each batch
+        (:mod:`dynatune.search.batch_callbacks`); ``retirement``: when a task stops."""
         from dynatune.machine.target import usable_cores
         from dynatune.search.builder import PersistentBuilder  # imports TVM: not needed to read a config
 
@@ -123,27 +125,29 @@ class TuningSession:
         self.measure = measure or MeasureConfig()
         os.makedirs(work_dir, exist_ok=True)
         remove_leftovers(work_dir)
-        self.db = TuningDatabase(os.path.join(work_dir, "db"))
+        wd = WorkDir(work_dir)
+        self.db = TuningDatabase(wd.db)
         # per measured candidate: repeats used and why the evaluator stopped (one line per batch)
-        self.measurement_log = JsonlWriter(os.path.join(work_dir, "db", "measurements.jsonl"))
+        self.measurement_log = JsonlWriter(wd.measurements)
         self.batch_callbacks = (
             list(batch_callbacks) if batch_callbacks is not None else default_batch_callbacks()
         )
         self.retirement = retirement or RetirementPolicy()
-        self.state_path = os.path.join(work_dir, "session.json")
-        self.cost_model_path = os.path.join(work_dir, "cost_model")
+        self.state_path = wd.session
+        self.cost_model_path = wd.cost_model
         self.states: dict[str, TaskState] = {t.key: TaskState() for t in tasks}
         self._load_state()
         self.builder = builder or PersistentBuilder(
             num_workers or usable_cores(),
             timeout_sec=self.search.build_timeout_s,
-            artifact_dir=os.path.join(work_dir, "tmp-build-" + str(os.getpid())),
+            artifact_dir=wd.build_dir(os.getpid()),
         )
         self.runner = runner or make_runner(self.measure, target)
         self.cost_model = cost_model or self._make_cost_model()
         self._contexts: dict[int, object] = {}
-        # task index -> candidates measured at the head of its next batch, before the search's own: a function of
-        # the task's TuneContext (its postprocessors) and the batch size, called once (the library's transfer)
+        # task index -> candidates measured at the head of its next batch, before the search's own: a function
+        # of the task's TuneContext (its postprocessors) and the batch size, called once (the library's
+        # transfer)
         self.first_candidates: dict[int, object] = {}
         self._index_bounds: dict[str, dict[int, int]] = {}  # task key -> {param position: high}
 
@@ -258,9 +262,11 @@ class TuningSession:
         from tvm.s_tir import meta_schedule as ms
 
         from dynatune.search.intrinsics import import_tensor_intrinsics
+        from dynatune.search.schedule_rules import quiet_missing_rules
 
         import_tensor_intrinsics()  # before TuneContext imports it, slowly
         t = self.tasks[i]
+        quiet_missing_rules(t.mod, self.target)  # e.g. a max pool's: no "Unknown schedule rule" on stderr
         s = self.search
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=s.population_size,
@@ -399,7 +405,8 @@ class TuningSession:
         return results, build_s, measure_s
 
     def index_bounds(self, task: Task) -> dict[int, int]:
-        """``{param position: high}`` of the task's index arguments (:func:`dynatune.search.index_args.index_bounds`)."""
+        """``{param position: high}`` of the task's index arguments
+        (:func:`dynatune.search.index_args.index_bounds`)."""
         if task.key not in self._index_bounds:
             self._index_bounds[task.key] = index_bounds(task.mod["main"])
         return self._index_bounds[task.key]
@@ -442,8 +449,6 @@ class TuningSession:
 def default_schedule(mod, target):
     """The untuned schedule: the PrimFunc as lowered (CPU), or the DLight rules the compiler uses (GPU)."""
     if target.kind.name in ("cuda", "rocm", "vulkan", "metal", "opencl"):
-        from dynatune.compiler.compile import gpu_default_schedule
-
         with target:
             return gpu_default_schedule()(mod)
     return mod

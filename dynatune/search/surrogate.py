@@ -36,8 +36,13 @@ from __future__ import annotations
 import io
 import pickle
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    # built on first access by the module's __getattr__ (at the end of this file): it needs TVM
+    EnsembleModel: type
 
 __all__ = ["EnsembleModel", "_Ensemble", "pack_sum"]
 

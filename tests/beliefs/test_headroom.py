@@ -1,4 +1,5 @@
-"""Headroom beliefs on synthetic staircase curves with KNOWN headroom, the roofline, and the calibration scores."""
+"""Headroom beliefs on synthetic staircase curves with KNOWN headroom, the roofline, and the calibration
+scores."""
 
 import math
 

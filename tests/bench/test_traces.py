@@ -1,4 +1,5 @@
-"""The trace recorder: several search seeds per task, resumable after a kill, and refused on other settings."""
+"""The trace recorder: several search seeds per task, resumable after a kill, and refused on other
+settings."""
 
 import json
 

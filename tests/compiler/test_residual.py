@@ -5,9 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from dynatune.compiler.periodic import latest_residual_ms
+from dynatune.compiler.periodic import ModelMeasurement, latest_residual_ms
 from dynatune.compiler.residual import TaskTimers, measure_residual
-from dynatune.run.callbacks import ModelMeasurement
 from dynatune.run.pipeline import residual_fields
 from dynatune.run.tuner import RoundRecord
 

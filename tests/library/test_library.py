@@ -140,7 +140,8 @@ def test_export_then_import_carries_one_fingerprint(lib, tmp_path):
         ("not json\n", "not JSON lines"),
         ('{"format": "dynatune-library", "version": 99, "fingerprint": "x"}\n', "format version 99"),
         (
-            '{"format": "dynatune-library", "version": 1, "fingerprint": "x"}\n{"record": {"task_key": "a"}}\n',
+            '{"format": "dynatune-library", "version": 1, "fingerprint": "x"}\n'
+            '{"record": {"task_key": "a"}}\n',
             "damaged",
         ),
     ],
@@ -174,12 +175,12 @@ WRITER = textwrap.dedent("""
     name, batches = sys.argv[1], int(sys.argv[2])
     run = lib.start_run({fp!r}, name)
     for b in range(batches):
-        lib.add({fp!r}, run, [LibraryRecord("k" + str(b % 7), "conv2d", "conv2d", 1e6, ["wl"], [[name, b, i], [1e-3]],
-                                            1e-3 + i * 1e-6) for i in range(25)])
+        lib.add({fp!r}, run, [LibraryRecord("k" + str(b % 7), "conv2d", "conv2d", 1e6, ["wl"],
+                                            [[name, b, i], [1e-3]], 1e-3 + i * 1e-6) for i in range(25)])
     if len(sys.argv) > 3:  # die in the middle of a transaction
         with lib.engine.begin() as conn:
-            conn.execute(records.insert().values(fingerprint={fp!r}, task_key="k0", run_id=run, trace_hash="dying",
-                                                 mean_s=1e-3, record="[]", created=0.0))
+            conn.execute(records.insert().values(fingerprint={fp!r}, task_key="k0", run_id=run,
+                                                 trace_hash="dying", mean_s=1e-3, record="[]", created=0.0))
             os.kill(os.getpid(), signal.SIGKILL)
 """)
 
@@ -348,8 +349,9 @@ def test_a_run_with_the_library_off_neither_reads_nor_writes_it(tuned_once):
 def test_two_runs_share_a_library_on_postgresql_and_its_password_is_never_recorded(
     postgres, tmp_path, monkeypatch
 ):
-    """The farm's set-up: a database server. The first run names the password in its URL (masked wherever it
-    is recorded), the second takes it from PGPASSWORD; it is in no file of either run, MLflow's store included."""
+    """The farm's set-up: a database server. The first run names the password in its URL (masked wherever
+    it is recorded), the second takes it from PGPASSWORD; it is in no file of either run, MLflow's store
+    included."""
     from dynatune.run.pipeline import TuningRun, run
     from tasks.tracking import MlflowCallback
 

@@ -52,7 +52,8 @@ def test_shape_with_wrong_rank(tiny_onnx):
 
 
 def test_shape_override_reaches_the_reference():
-    """A static dim overridden with --shape: ONNX Runtime (the reference) runs the model at the new shape too."""
+    """A static dim overridden with --shape: ONNX Runtime (the reference) runs the model at the new shape
+    too."""
     import numpy as np
 
     from dynatune.compiler.runtime import onnxruntime_outputs
@@ -134,7 +135,8 @@ def test_task_keys_are_stable_across_processes_and_models(tmp_path):
     a = make_tiny_onnx(str(tmp_path / "a.onnx"), batch=1, seed=0)
     b = make_tiny_onnx(str(tmp_path / "b.onnx"), batch=1, seed=1, extra_layer=True)
     code = (
-        "import json,sys; from dynatune.model.importer import load_model; from dynatune.model.extract import extract_tasks;"
+        "import json,sys; from dynatune.model.importer import load_model; "
+        "from dynatune.model.extract import extract_tasks;"
         "from dynatune.machine.target import make_target; t=make_target();"
         "print(json.dumps({x.name: x.key for x in extract_tasks(load_model(sys.argv[1]), t)}))"
     )

@@ -3,7 +3,6 @@ round-trips, the config hash, the shipped configs, and property-based checks."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -15,12 +14,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dynatune.errors import DynatuneError
 from dynatune.run.config import default_model_path, load_config, validate_dict
 from dynatune.schedulers import SCHEDULERS as _SCHEDULER_REGISTRY
 from dynatune.search.costmodel import COST_MODELS
 
 SCHEDULERS = list(_SCHEDULER_REGISTRY)
-from dynatune.errors import DynatuneError
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
@@ -50,9 +49,9 @@ def error_of(fn, *args, **kw) -> str:
 def test_defaults(tmp_path):
     c = load_config(None)
     assert c.model.path == default_model_path()
-    assert c.model.path.endswith(os.path.join("backend", "test", "data", "light", "light_squeezenet.onnx"))
-    assert os.path.exists(c.model.path)  # ships with the onnx package
-    assert c.model.name == "light_squeezenet" and c.model.shapes == {} and c.model.version is None
+    assert c.model.path.endswith(os.sep + "squeezenet1.1-random-weights.onnx")
+    assert os.path.exists(c.model.path)  # made from the onnx package's light squeezenet, cached
+    assert c.model.name == "squeezenet1.1-random-weights" and c.model.shapes == {} and c.model.version is None
     assert c.target == "llvm" and c.budget_s == 600 and c.slot_s == 20
     assert (c.scheduler.name, c.scheduler.params, c.scheduler.seed) == ("dynatune", {}, 0)
     s = c.search
@@ -90,9 +89,9 @@ def test_defaults(tmp_path):
         c.compile.prepack,
         c.compile.conv_layout,
     ) == (True, 1e-4, True, True, True, "auto")
-    assert c.work_dir == str(tmp_path / "runs" / "light_squeezenet")
-    assert c.tracking.uri == f"sqlite:///{tmp_path}/runs/light_squeezenet/mlflow.db"
-    assert c.tracking.experiment == "dynatune/light_squeezenet"
+    assert c.work_dir == str(tmp_path / "runs" / "squeezenet1.1-random-weights")
+    assert c.tracking.uri == f"sqlite:///{tmp_path}/runs/squeezenet1.1-random-weights/mlflow.db"
+    assert c.tracking.experiment == "dynatune/squeezenet1.1-random-weights"
     assert c.tracking.run_name is None and c.tracking.tags == {}
     assert c.prefect_api_url is None and c.warm_start == []
     assert load_config(None) == validate_dict({})
@@ -285,7 +284,7 @@ def test_set_overrides(tmp_path):
     assert c.scheduler.params == {"c": 0.5}  # created intermediate mappings
     assert c.tracking.tags == {"team": "perf"} and c.model.shapes == {"input": (1, 3, 8, 8)}
     assert c.target == "cuda" and c.tracking.run_name == "a: b: c" and c.model.version == "1.0"
-    assert c.model.name == "light_squeezenet"  # empty value = null = the default
+    assert c.model.name == "squeezenet1.1-random-weights"  # empty value = null = the default
 
 
 def test_bad_set_overrides_are_reported_with_the_rest(tmp_path):
@@ -419,14 +418,14 @@ def test_the_engines_dataclasses_are_the_config_sections():
 
 @pytest.mark.parametrize("section, cls", [("search", "SearchConfig"), ("measure", "MeasureConfig")])
 def test_every_engine_setting_can_be_set_from_yaml(section, cls):
-    """Each field of the engine's dataclass is a YAML key (they once drifted: three search settings could
-    not be set at all), and a bad value fails with its key path."""
+    """Each field of the engine's settings model is a YAML key (they once drifted: three search settings
+    could not be set at all), and a bad value fails with its key path."""
     import dynatune.search.measure
     import dynatune.search.session
 
     klass = getattr(dynatune.search.session if cls == "SearchConfig" else dynatune.search.measure, cls)
-    for f in dataclasses.fields(klass):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    for name, f in klass.model_fields.items():
+        default = f.get_default(call_default_factory=True)
         if isinstance(default, bool):
             value = not default
         elif isinstance(default, int):
@@ -435,10 +434,10 @@ def test_every_engine_setting_can_be_set_from_yaml(section, cls):
             value = round(min(default * 1.1, 0.99) if 0 < default < 1 else default + 1.5, 4)
         else:
             continue  # structured (rpc) and named (cost_model) settings are checked elsewhere
-        c = load_config(None, [f"{section}.{f.name}={value}"])
-        assert getattr(getattr(c, section), f.name) == value, f.name
+        c = load_config(None, [f"{section}.{name}={value}"])
+        assert getattr(getattr(c, section), name) == value, name
         if not isinstance(default, bool):
-            assert f"{section}.{f.name}: must be" in error_of(load_config, None, [f"{section}.{f.name}=abc"])
+            assert f"{section}.{name}: must be" in error_of(load_config, None, [f"{section}.{name}=abc"])
 
 
 # -- shipped configs --------------------------------------------------------------------------------
@@ -673,21 +672,61 @@ def test_random_overrides_and_files_only_raise_dynatune_errors(overrides, text):
                 assert "\n" not in str(exc)
 
 
-def test_quickstart_lists_every_setting():
-    """configs/quickstart.yaml is the documentation of every key: it lists each field of each section."""
-    import yaml
+# what configs/quickstart.yaml sets on purpose (its comments say so): a small budget for a first run
+QUICKSTART_CHANGES = {
+    "budget_s": 240,
+    "slot_s": 15,
+    "search.trials_per_iter": 8,
+    "work_dir": "runs/quickstart",
+}
 
+
+def _flat_sections(d: dict) -> dict:
+    """``{"search.seed": 0, "budget_s": 600, ...}``: the sections' keys under their section's name."""
+    from dynatune.run.config import _sections
+
+    out = {}
+    for k, v in d.items():
+        if k in _sections():
+            out.update({f"{k}.{kk}": vv for kk, vv in (v or {}).items()})
+        else:
+            out[k] = v
+    return out
+
+
+def test_quickstart_lists_every_key_with_its_default():
+    """configs/quickstart.yaml is the documentation of every key: it lists every setting of the model, no
+    other key, each with its default (but the few it changes on purpose, and model.path, commented)."""
     from dynatune.run.config import Config
 
-    raw = yaml.safe_load(open(REPO / "configs" / "quickstart.yaml"))
-    for f in dataclasses.fields(Config):
-        if f.name == "source":
-            continue
-        if f.metadata.get("section"):
-            listed = set((raw.get(f.name) or {}).keys())
-            fields = {g.name for g in dataclasses.fields(f.default_factory)} - {
-                "path"
-            }  # model.path: commented
-            assert fields <= listed | ({"path"} & fields), (f.name, fields - listed)
-        elif f.name != "model":
-            assert f.name in raw, f.name
+    text = (REPO / "configs" / "quickstart.yaml").read_text()
+    listed = _flat_sections(yaml.safe_load(text))
+    defaults = _flat_sections(Config().model_dump())
+    assert defaults.pop("model.path") is None and "\n  # path: " in text  # the built-in default model
+    assert set(listed) == set(defaults), (set(defaults) - set(listed), set(listed) - set(defaults))
+    assert set(QUICKSTART_CHANGES) <= set(defaults)
+    for key, value in listed.items():
+        expected = QUICKSTART_CHANGES.get(key, defaults[key])
+        assert value == expected and isinstance(value, bool) == isinstance(expected, bool), (key, value)
+
+
+def test_config_schema_command(capsys):
+    """`dynatune config schema`: the JSON schema of the whole config, every section's settings in it."""
+    from dynatune.cli import main
+    from dynatune.run.config import Config, _sections
+
+    assert main(["config", "schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema == json.loads(json.dumps(Config.model_json_schema()))
+    props = schema["properties"]
+    assert set(props) == set(Config.model_fields) and schema["additionalProperties"] is False
+    for name in _sections():
+        ref = props[name]["$ref"].rsplit("/", 1)[-1]
+        section = schema["$defs"][ref]
+        cls = Config.model_fields[name].annotation
+        assert set(section["properties"]) == set(cls.model_fields), name
+        assert section["additionalProperties"] is False
+    search = schema["$defs"]["SearchConfig"]["properties"]
+    assert search["cost_model"]["enum"] == list(COST_MODELS) and search["trials_per_iter"]["minimum"] == 1
+    assert schema["$defs"]["SchedulerSection"]["properties"]["name"]["enum"] == SCHEDULERS
+    assert schema["$defs"]["MeasureConfig"]["properties"]["rel_tol"]["exclusiveMaximum"] == 1

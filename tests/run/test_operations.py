@@ -406,12 +406,14 @@ async def main(names):
     async with get_client() as c:
         for name in names:
             d = await c.read_deployment_by_name(name)
-            runs = await c.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[d.id])),
-                                          sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=20)
+            runs = await c.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[d.id])),
+                sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=20)
             out[name] = {
                 "parameters": d.parameters,
                 "schedules": [{"cron": getattr(s.schedule, "cron", None),
-                               "interval": s.schedule.interval.total_seconds() if hasattr(s.schedule, "interval") else None,
+                               "interval": (s.schedule.interval.total_seconds()
+                                            if hasattr(s.schedule, "interval") else None),
                                "timezone": getattr(s.schedule, "timezone", None), "active": s.active}
                               for s in d.schedules],
                 "runs": [{"state": r.state_name, "start": r.expected_start_time.isoformat()} for r in runs],
@@ -516,7 +518,8 @@ def test_rpc_tracker_farm_with_adaptive_measurement(cpu_target, tmp_path):
 
 
 def test_retune_config_is_a_new_dated_run_warm_started_from_the_newest(tmp_path):
-    """What each nightly run tunes: a new work dir, the same store, warm-started from the newest earlier run."""
+    """What each nightly run tunes: a new work dir, the same store, warm-started from the newest earlier
+    run."""
     import datetime
 
     from dynatune.run.config import load_config

@@ -69,6 +69,14 @@ def test_flow_tracks_every_round_in_mlflow(first_run):
         assert k in s, k
     assert s["rounds"] >= 2 and s["trials"] >= 8
     assert s["estimated_latency_ms"] <= s["initial_estimated_latency_ms"]
+    # summary.json: written once, after the callbacks (so with MLflow's part), with RunSummary's keys in order
+    from dynatune.files import WorkDir
+    from dynatune.run.summary import RunSummary
+
+    on_disk = json.load(open(WorkDir(d / "work").summary))
+    assert list(on_disk) == [k for k in RunSummary.model_fields if k in on_disk] == list(s)
+    assert {"mlflow_run_id", "mlflow_ui", "tracking_s", "profile", "speedup_vs_untuned"} <= set(on_disk)
+    assert RunSummary.load(WorkDir(d / "work").summary).mlflow_run_id == s["mlflow_run_id"]
     assert s["numerics_ok"] and s["max_rel_err"] < 1e-4
     assert "round" in stderr  # the live view printed the rounds
     client = MlflowClient(f"sqlite:///{d / 'work' / 'mlflow.db'}")

@@ -105,7 +105,8 @@ def test_all_negligible_stop_or_go_on():
 
 
 def test_all_negligible_fallback_shares_slots_by_weighted_latency_per_visit():
-    # flat curves: nothing to gain by the curve beliefs (headroom beliefs still see a roofline gap). "share" picks the largest weight x best / visits.
+    # flat curves: nothing to gain by the curve beliefs (headroom beliefs still see a roofline gap). "share"
+    # picks the largest weight x best / visits.
     heavy = curve_task(0, 1e-3, 1, 0.5, 0.0, 5.0, 20)  # 0.5e-3 s over 20 slots
     light = curve_task(1, 1e-3, 1, 0.2, 0.0, 5.0, 4)  # 0.2e-3 s over 4 slots: 5e-5 > 2.5e-5 per slot
     s = make_scheduler("dynatune", belief_model="curves")

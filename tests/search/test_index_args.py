@@ -125,6 +125,7 @@ def test_estimate_leaves_out_a_failed_task_and_names_it(embedding_tasks, cpu_tar
         str(tmp_path / "report.md"),
     )
     assert (
-        f"leaves out 1 task(s) with no measured latency (default schedule failed, no tuned record): {failed.name}"
+        "leaves out 1 task(s) with no measured latency (default schedule failed, no tuned record): "
+        f"{failed.name}"
         in text
     )

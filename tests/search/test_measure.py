@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dynatune.search.measure import (
+    MAD_TO_SD,
     MeasureConfig,
     adaptive_evaluator,
     adaptive_repeats,
@@ -152,8 +153,13 @@ def test_adaptive_evaluator_calibrates_the_loop_count_once():
 
 
 def test_t_quantiles():
-    assert t95(1) == pytest.approx(12.706) and t95(4) == pytest.approx(2.776) and t95(10**6) == 1.96
-    assert math.isinf(t95(0))
+    # exact (scipy.stats.t.ppf(0.975, df)), not the next entry of a table: df 11 is not rounded up to 12
+    assert t95(11) == pytest.approx(2.200985160091639, abs=1e-12) and round(t95(11), 4) == 2.2010
+    assert t95(1) == pytest.approx(12.706, abs=1e-3) and t95(4) == pytest.approx(2.776, abs=1e-3)
+    assert t95(31) == pytest.approx(2.0395, abs=1e-4) and t95(10**6) == pytest.approx(1.96, abs=1e-4)
+    assert math.isinf(t95(0)) and math.isinf(t95(-1))
+    assert t95(11) is t95(11)  # cached per df
+    assert MAD_TO_SD == pytest.approx(1.482602218505602)  # 1 / Phi^-1(3/4)
 
 
 @pytest.mark.slow

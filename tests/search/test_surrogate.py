@@ -47,7 +47,8 @@ def _model(**kw):
     return EnsembleModel(**{**FAST, **kw})
 
 
-# -- one real MetaSchedule integration (TuneContext needs TVM's tensor-intrinsic registry: imported the fast way)
+# -- one real MetaSchedule integration
+# (TuneContext needs TVM's tensor-intrinsic registry: imported the fast way)
 def _matmul_mod(n=64):
     import tvm
     from tvm import te
@@ -130,7 +131,8 @@ def test_numpy_core_imports_without_tvm():
     import subprocess
 
     code = (
-        "import sys; from dynatune.search.surrogate import _Ensemble; import numpy as np; e=_Ensemble(seed=0);"
+        "import sys; from dynatune.search.surrogate import _Ensemble; import numpy as np; "
+        "e=_Ensemble(seed=0);"
         "e.fit([np.ones((2,3),np.float32)]*4, np.ones(4)); e.predict_mean_std([np.ones((1,3),np.float32)]);"
         "assert 'tvm' not in sys.modules, 'numpy core pulled in tvm'"
     )
