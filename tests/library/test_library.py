@@ -13,6 +13,7 @@ import pytest
 from helpers import ROOT, make_tiny_onnx
 
 from dynatune.errors import DynatuneError
+from dynatune.files import WorkDir
 from dynatune.library.store import LibraryRecord, ScheduleLibrary
 
 FP = "llvm/znver3/2c|AMD EPYC|sse4_2+avx+avx2+fma"
@@ -287,7 +288,7 @@ def assert_starts_at_first_runs_best(r, first):
     """Every task the first run measured starts at the best latency the first run measured for it."""
     from dynatune.search.database import TuningDatabase
 
-    before = TuningDatabase(os.path.join(first["work_dir"], "db"), read_only=True)
+    before = TuningDatabase(WorkDir(first.work_dir).db, read_only=True)
     measured = [t for t in r.tasks if before.num_records(t.key)]
     assert measured
     for t in measured:
@@ -311,9 +312,9 @@ def test_a_run_writes_its_records_and_the_next_run_starts_tuned(tuned_once):
     from dynatune.run.pipeline import TuningRun
 
     d, url, model, first = tuned_once
-    assert first["library"]["matched_tasks"] == 0 and first["library"]["written_records"] > 0
-    assert first["library"]["write_error"] is None
-    report = open(os.path.join(first["work_dir"], "report", "report.md")).read()
+    assert first.library["matched_tasks"] == 0 and first.library["written_records"] > 0
+    assert first.library["write_error"] is None
+    report = open(WorkDir(first.work_dir).report_md).read()
     assert "Schedule library" in report and "this run wrote" in report
     with TuningRun(_config(model, d / "second", f"library.url={url}")) as r:
         got = r.library.report()
@@ -360,8 +361,8 @@ def test_two_runs_share_a_library_on_postgresql_and_its_password_is_never_record
     first = run(
         _config(model, tmp_path / "first", f"library.url={with_password}"), callbacks=[MlflowCallback()]
     )
-    assert first["library"]["written_records"] > 0 and first["library"]["write_error"] is None
-    assert postgres.password not in first["library"]["url"] and "***" in first["library"]["url"]
+    assert first.library["written_records"] > 0 and first.library["write_error"] is None
+    assert postgres.password not in first.library["url"] and "***" in first.library["url"]
     monkeypatch.setenv("PGPASSWORD", postgres.password)
     with TuningRun(_config(model, tmp_path / "second", f"library.url={postgres.url}")) as r:
         assert r.library.report()["matched_tasks"] > 0
