@@ -114,7 +114,8 @@ def randomized_light_model(name: str, out_path: str, seed: int = 0) -> str:
     """A light model with its ConstantOfShape weights replaced by random initializers.
 
     The onnx package's light models carry real topologies but constant weights, which makes every output
-    identical whatever the compiler does; random weights make the numerics check meaningful.
+    identical whatever the compiler does; random weights make the numerics check meaningful. Batch norm
+    variances are made positive (a negative one makes every output NaN, which any compiler matches).
     """
     import numpy as np
     import onnx
@@ -124,12 +125,15 @@ def randomized_light_model(name: str, out_path: str, seed: int = 0) -> str:
     g = m.graph
     inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
     rng = np.random.default_rng(seed)
+    variances = {node.input[4] for node in g.node if node.op_type == "BatchNormalization"}
     keep, new_inits = [], []
     for node in g.node:
         if node.op_type == "ConstantOfShape" and node.input and node.input[0] in inits:
             shape = tuple(int(d) for d in inits[node.input[0]])
             fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
             arr = (rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))).astype(np.float32)
+            if node.output[0] in variances:
+                arr = np.abs(arr) + np.float32(0.5)
             new_inits.append(numpy_helper.from_array(arr, node.output[0]))
         else:
             keep.append(node)

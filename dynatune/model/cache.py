@@ -3,7 +3,9 @@
 Extraction (fusing the whole model and collecting its TIR functions) takes seconds to tens of seconds
 (DenseNet-121: ~25 s); re-running a config, resuming, or tuning a model whose file did not change reads
 the tasks back from ``<work_dir>/cache/`` instead. The lowering (weight prepacking, conv layout) is part
-of the key: it changes the tasks' keys. Version 3 is the first with the conv layout.
+of the key: it changes the tasks' keys. Version 3 is the first with the conv layout; version 4 carries it
+through Clip, HardSwish, LeakyRelu, Pad, Sum and unsqueezed scales, and fuses the activation after a batch
+norm (dynatune.model.layout).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 from dynatune.files import atomic_write_json
 from dynatune.model.extract import Lowering, Task, extract_tasks
 
-VERSION = 3
+VERSION = 4
 
 
 def cache_key(model, target, lowering: Lowering = Lowering()) -> str:

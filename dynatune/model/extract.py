@@ -88,8 +88,9 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
 
     Extraction and compilation both use exactly this list, so a task's key in the tuning database always
     matches the function the compiler looks up. Batch norm is decomposed and folded into the preceding
-    convolution's epilogue first, so it costs no task of its own. Convolutions are converted to the
-    lowering's layout before anything else. With ``fast_math`` (and a CPU target) exp, erf, tanh, sigmoid,
+    convolution's epilogue first, so it costs no task of its own (nor does the activation after it).
+    Convolutions are converted to the lowering's layout before anything else, the activations between them
+    too (:mod:`dynatune.model.layout`). With ``fast_math`` (and a CPU target) exp, erf, tanh, sigmoid,
     softmax and GELU become vectorizable polynomials before legalization, so they fuse as the originals
     would (:mod:`dynatune.model.fast_math`). With ``prepack`` (and a CPU target) the fused functions carry
     their layout-free (weight) arguments.
@@ -100,7 +101,12 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
     from dynatune.model.layout import conv_layout_passes, resolve_conv_layout
 
     passes = conv_layout_passes(resolve_conv_layout(target, lowering.conv_layout))
-    passes += backend_passes(target, "library_dispatch_passes") + [relax.transform.DecomposeOpsForInference()]
+    passes += backend_passes(target, "library_dispatch_passes") + [
+        relax.transform.DecomposeOpsForInference(),
+        # batch norm decomposes into (y, mean, var)[0]: the tuple would stop the activation after it from
+        # fusing into the convolution's epilogue
+        relax.transform.CanonicalizeBindings(),
+    ]
     if lowering.fast_maths(target):
         passes.append(fast_math_pass())
     passes += [
