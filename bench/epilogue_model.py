@@ -2,6 +2,7 @@
 and a softmax, as a user's model has them after a convolution or a matmul.
 
     python bench/epilogue_model.py /tmp/epilogue.onnx
+    python bench/epilogue_model.py /tmp/relu6.onnx relu6     # MobileNet-V2's blocks, ReLU6 as Clip
 
 Conv(16->32, 3x3) -> Sigmoid -> Mul (SiLU) -> Conv(32->32, 3x3) -> SiLU -> reshape to tokens ->
 MatMul(32->128) -> GELU written with Erf -> MatMul(128->32) -> Softmax. Input 1x16x56x56, random weights
@@ -68,5 +69,51 @@ def make(path: str, seed: int = 0) -> str:
     return path
 
 
+def make_relu6(path: str, seed: int = 0, blocks: int = 3) -> str:
+    """MobileNet-V2's inverted residual blocks, with ReLU6 as ONNX ``Clip(0, 6)``: 1x1 expand (16 -> 96) ->
+    Clip -> depthwise 3x3 -> Clip -> 1x1 project (96 -> 16) -> residual Add, ``blocks`` times, on 1x16x56x56.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+
+    def weight(name, *shape):
+        fan_in = int(np.prod(shape[1:]))
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) * np.sqrt(1.0 / fan_in)).astype(np.float32), name
+        )
+
+    inits = [
+        numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+    ]
+    nodes, x = [], "x"
+    for b in range(blocks):
+        inits += [weight(f"e{b}", 96, 16, 1, 1), weight(f"d{b}", 96, 1, 3, 3), weight(f"p{b}", 16, 96, 1, 1)]
+        nodes += [
+            helper.make_node("Conv", [x, f"e{b}"], [f"ce{b}"]),
+            helper.make_node("Clip", [f"ce{b}", "lo", "hi"], [f"re{b}"]),
+            helper.make_node("Conv", [f"re{b}", f"d{b}"], [f"cd{b}"], group=96, pads=[1, 1, 1, 1]),
+            helper.make_node("Clip", [f"cd{b}", "lo", "hi"], [f"rd{b}"]),
+            helper.make_node("Conv", [f"rd{b}", f"p{b}"], [f"cp{b}"]),
+            helper.make_node("Add", [x, f"cp{b}"], [f"y{b}"]),
+        ]
+        x = f"y{b}"
+    graph = helper.make_graph(
+        nodes,
+        "relu6_blocks",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 56, 56])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 16, 56, 56])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
 if __name__ == "__main__":
-    print(make(sys.argv[1] if len(sys.argv) > 1 else "/tmp/epilogue.onnx"))
+    kind = sys.argv[2] if len(sys.argv) > 2 else "epilogue"
+    path = sys.argv[1] if len(sys.argv) > 1 else "/tmp/epilogue.onnx"
+    print((make_relu6 if kind == "relu6" else make)(path))

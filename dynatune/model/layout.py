@@ -133,7 +133,9 @@ def _layout_carrying_ops():
       ``sum(stack([...]), axis=0)``, on which ConvertLayout fails -> ``add`` (``maximum``, ``minimum``)
       pairwise;
     - a binary operator between a 4-D tensor and one of lower rank (a ``[C, 1, 1]`` scale made by ONNX
-      Unsqueeze, as in Caffe2's batch norms) -> the same with the other reshaped to 4-D.
+      Unsqueeze, as in Caffe2's batch norms) -> the same with the other reshaped to 4-D;
+    - ``x + conv(x)`` (MobileNet-V2's residual add, first operand the block's input) -> ``conv(x) + x``, so
+      the add takes the convolution's layout (see ``_conv_side_first``).
 
     Each rewrite computes the same float operations as the original (but for ``Sum``'s reduction, which
     starts from +0.0, the sign of a zero sum, and ``Max``'s, which starts from the lowest float, a max of
@@ -178,8 +180,30 @@ def _layout_carrying_ops():
             if name in _STACK_REDUCTIONS:
                 return self._unstack(call, getattr(relax.op, _STACK_REDUCTIONS[name]))
             if name in _BROADCASTING and len(call.args) == 2:
-                return self._full_rank(call)
+                return self._full_rank(self._conv_side_first(call))
             return call
+
+        def _conv_side_first(self, call):
+            """``x + conv(...)`` -> ``conv(...) + x`` (``add`` and ``multiply``, exact in either order):
+            ConvertLayout gives a binary operator its first operand's layout, so a residual add whose first
+            operand is the block's input (MobileNet-V2's ``x + block(x)``, which chains from the model's
+            NCHW input) would stay NCHW, with a transpose on each side, in every block."""
+            a, b = call.args
+            if call.op.name in _COMMUTATIVE and not self._from_conv(a) and self._from_conv(b):
+                return relax.Call(call.op, [b, a], call.attrs)
+            return call
+
+        def _from_conv(self, expr, depth: int = 0) -> bool:
+            """Whether ``expr`` is a convolution's output, through element-wise operators."""
+            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+            if not isinstance(value, relax.Call) or depth > 64:
+                return False
+            name = getattr(value.op, "name", "")
+            if name == "relax.nn.conv2d":
+                return True
+            if name in _BROADCASTING or name in _UNARY:
+                return any(self._from_conv(a, depth + 1) for a in value.args if isinstance(a, relax.Expr))
+            return False
 
         def _unstack(self, reduce, binary):
             """``reduce(stack([broadcast_to(x_i, s), ...], 0), 0)``, as the importer emits ONNX Sum, Max and
@@ -263,6 +287,8 @@ def _layout_carrying_ops():
 
 
 _STACK_REDUCTIONS = {"relax.sum": "add", "relax.max": "maximum", "relax.min": "minimum"}
+_COMMUTATIVE = {"relax.add", "relax.multiply"}
+_UNARY = {f"relax.{op}" for op in ("nn.relu", "sigmoid", "tanh", "exp", "clip", "nn.silu", "nn.gelu")}
 _BROADCASTING = {
     f"relax.{op}" for op in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")
 }

@@ -202,6 +202,21 @@ MODELS = {
         "maximum_minimum",
         17,
     ),
+    "residual_from_the_input": (  # MobileNet-V2 as torchvision exports it: x + block(x), from the input
+        lambda conv, const: [
+            conv("x", "e", cin=4, cout=4 * C, k=1),
+            _node("Clip", ["e", const("lo", 0.0), const("hi", 6.0)], ["er"]),
+            conv("er", "p", cin=4 * C, cout=4, k=1),
+            _node("Add", ["x", "p"], ["a"]),
+            conv("a", "e2", cin=4, cout=4 * C, k=1),
+            _node("Clip", ["e2", "lo", "hi"], ["er2"]),
+            conv("er2", "p2", cin=4 * C, cout=4, k=1),
+            _node("Add", ["a", "p2"], ["y"]),
+        ],
+        "add",
+        17,
+        X,
+    ),
     "maxpool": (
         lambda conv, const: [
             _first(conv),
@@ -307,6 +322,7 @@ def test_no_transpose_between_layers_and_the_activation_fuses_into_the_convoluti
 
 
 WITHOUT_THE_REWRITE = ["clip", "clip_opset6", "hardswish", "leakyrelu", "pad_depthwise", "unsqueezed_scale"]
+WITHOUT_THE_REWRITE += ["residual_from_the_input"]
 
 
 @pytest.mark.parametrize("name", WITHOUT_THE_REWRITE + ["sum_residual"])
@@ -407,7 +423,7 @@ def test_the_rewritten_ops_compute_the_same_floats(name, tmp_path):
 
 COMPILED = ["clip", "clip_opset6", "hardswish", "hardswish_decomposed", "leakyrelu", "batchnorm_clip"]
 COMPILED += ["pad_depthwise", "squeeze_excite", "sum_residual", "unsqueezed_scale", "dropout"]
-COMPILED += ["inverted_residual"]
+COMPILED += ["inverted_residual", "residual_from_the_input"]
 
 
 @pytest.mark.slow
