@@ -153,6 +153,7 @@ def _layout_carrying_ops():
         def __init__(self, mod):
             super().__init__(mod)
             self.mod = mod
+            self.conv_outputs: dict = {}  # var -> whether it is a convolution's output (see _from_conv)
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
@@ -194,16 +195,18 @@ def _layout_carrying_ops():
             return call
 
         def _from_conv(self, expr, depth: int = 0) -> bool:
-            """Whether ``expr`` is a convolution's output, through element-wise operators."""
-            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-            if not isinstance(value, relax.Call) or depth > 64:
+            """Whether ``expr`` is a convolution's output, through element-wise operators (remembered per
+            variable: every binary operator asks about its operands, and a chain shares them)."""
+            if not isinstance(expr, relax.Var):
                 return False
-            name = getattr(value.op, "name", "")
-            if name == "relax.nn.conv2d":
-                return True
-            if name in _BROADCASTING or name in _UNARY:
-                return any(self._from_conv(a, depth + 1) for a in value.args if isinstance(a, relax.Expr))
-            return False
+            if expr not in self.conv_outputs:
+                value = self.lookup_binding(expr)
+                name = getattr(getattr(value, "op", None), "name", "")
+                found = name == "relax.nn.conv2d"
+                if not found and (name in _BROADCASTING or name in _UNARY) and depth <= 64:
+                    found = any(self._from_conv(a, depth + 1) for a in value.args)
+                self.conv_outputs[expr] = found
+            return self.conv_outputs[expr]
 
         def _unstack(self, reduce, binary):
             """``reduce(stack([broadcast_to(x_i, s), ...], 0), 0)``, as the importer emits ONNX Sum, Max and
