@@ -72,6 +72,10 @@ def time_fresh(model: str, artifact: str, rounds: int) -> dict:
         "ratio_spread": [t.ratio_min, t.ratio_max],
         "rounds": rounds,
         "threads": threads,
+        # the machine stayed busy through the retries (dynatune.machine.load): not a fair ratio
+        "under_load": t.under_load,
+        "load_cores": t.load_cores,
+        "attempts": t.attempts,
     }
 
 
@@ -94,8 +98,9 @@ def table(results: dict) -> str:
                 never = r.get("never_tuned_tasks")
                 never = "-" if never is None else f"{len(never)} of {r['tasks']}"
                 est = (r.get("profile") or {}).get("estimate_over_model")
+                busy = f" (under load: {f['load_cores']:.2f} cores busy)" if f.get("under_load") else ""
                 lines.append(
-                    f"| {label} | {name} | {budget} | **{f['ratio']:.2f}** | {lo:.2f}-{hi:.2f} | "
+                    f"| {label} | {name} | {budget} | **{f['ratio']:.2f}**{busy} | {lo:.2f}-{hi:.2f} | "
                     f"{f['tvm_ms']:.3f} | {f['onnxruntime_ms']:.3f} | {fmt(r.get('ratio_vs_onnxruntime'))} | "
                     f"{fmt(est, '.3f')} | {never} | {fmt(r.get('time_to_onnxruntime_parity_s'), '.0f')} |"
                 )
@@ -153,6 +158,8 @@ def main(argv=None) -> int:
                         "ratio_vs_onnxruntime",
                         "ratio_vs_onnxruntime_min",
                         "ratio_vs_onnxruntime_max",
+                        "timing_under_load",
+                        "timing_load_cores",
                         "time_to_onnxruntime_parity_s",
                         "never_tuned_tasks",
                         "warmup_rounds",
@@ -175,7 +182,8 @@ def main(argv=None) -> int:
                 f"{args.label} {name} {int(budget)} s: tuned/ORT {fresh['ratio']:.2f} "
                 f"[{fresh['ratio_spread'][0]:.2f}, {fresh['ratio_spread'][1]:.2f}] "
                 f"({fresh['tvm_ms']:.3f} vs {fresh['onnxruntime_ms']:.3f} ms), "
-                f"parity at {s.time_to_onnxruntime_parity_s}",
+                f"parity at {s.time_to_onnxruntime_parity_s}"
+                + (f"; UNDER LOAD ({fresh['load_cores']:.2f} cores busy)" if fresh["under_load"] else ""),
                 flush=True,
             )
     return 0

@@ -4,6 +4,7 @@
                   [--work-dir DIR] [--set key=value]... [--json]
     dynatune tasks MODEL.onnx [--shape ...]... [--target T] [--json]
     dynatune compile WORK_DIR [--json]
+    dynatune repair WORK_DIR                     (drop damaged lines, rebuild state; keeps .bak copies)
     dynatune config schema                       (the config's JSON schema, for an editor)
     dynatune report RUN_ID [--tracking-uri URI] [--out DIR]
     dynatune compare RUN_ID... [--tracking-uri URI] [--out PNG]
@@ -115,6 +116,9 @@ def _preflight(cfg) -> None:
 
     load_model(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
     make_target(cfg.target)
+    from flows.startup import check_prefect_api
+
+    check_prefect_api(cfg.prefect_api_url or os.environ.get("PREFECT_API_URL"))  # before anything is written
     check_tracking_uri(cfg.tracking.uri)
     from dynatune.run.tuner import check_same_run
 
@@ -180,8 +184,9 @@ def cmd_compile(args) -> int:
             f"{args.work_dir} is not a dynatune work directory (no config.json)",
             "give the work_dir of an earlier `dynatune tune`",
         )
-    with open(cfg_path) as f:
-        cfg = validate_dict(json.load(f), cfg_path)
+    from dynatune.search.state_files import read_json_file
+
+    cfg = validate_dict(read_json_file(cfg_path, dict), cfg_path)  # a damaged file: one line, exit 2
     cfg.work_dir = os.path.abspath(args.work_dir)
     with TuningRun(cfg) as r:
         rep = r.compile(args.output)
@@ -220,7 +225,9 @@ def cmd_report(args) -> int:
         {
             "round": r["round"],
             "task": r.get("task"),
-            "task_name": str(int(r["task"])) if r.get("task") is not None else "?",
+            "task_name": data["task_names"].get(int(r["task"]), str(int(r["task"])))
+            if r.get("task") is not None
+            else "?",
             "result": {"trials": r.get("trials")},
             "estimated_latency_s": (r.get("estimated_latency_ms") or 0) / 1e3,
             "elapsed_s": r.get("elapsed_s"),
@@ -270,6 +277,16 @@ def cmd_compare(args) -> int:
     out = args.out or "compare.png"
     rp.convergence_plot(curves, out, title="convergence")
     print(f"wrote {out}")
+    return 0
+
+
+# -- repair -------------------------------------------------------------------------------------------
+def cmd_repair(args) -> int:
+    """Mend a work dir a run refuses as damaged (:mod:`dynatune.run.repair`)."""
+    from dynatune.run.repair import repair_work_dir
+
+    done = repair_work_dir(args.work_dir)
+    print("\n".join(done) if done else f"{args.work_dir}: nothing damaged, nothing changed")
     return 0
 
 
@@ -369,6 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--output", help="path of the shared library (default WORK_DIR/model.so)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_compile)
+
+    rp = sub.add_parser(
+        "repair", help="mend a damaged work dir: drop damaged lines, rebuild state (keeps .bak copies)"
+    )
+    rp.add_argument("work_dir")
+    rp.set_defaults(func=cmd_repair)
 
     r = sub.add_parser("report", help="print a run's rounds and write its plots")
     r.add_argument("run_id")

@@ -100,6 +100,11 @@ class WorkDir:
         return self._at("db")
 
     @property
+    def workloads(self) -> str:
+        """``db/workloads.jsonl``: every task's TVM workload (its records name it by task key)."""
+        return self._at("db", "workloads.jsonl")
+
+    @property
     def records(self) -> str:
         """``db/records.jsonl``: every measured candidate."""
         return self._at("db", "records.jsonl")

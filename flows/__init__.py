@@ -1,1 +1,9 @@
-"""Prefect flows: the product's orchestration. Logic lives in :mod:`dynatune`, stages in :mod:`tasks`."""
+"""Prefect flows: the product's orchestration. Logic lives in :mod:`dynatune`, stages in :mod:`tasks`.
+
+A process that runs flows logs to Prefect's API (the run logs the Prefect UI shows): every log record of it
+is masked (:func:`dynatune.secrets.mask_log_records`), whichever logger writes it.
+"""
+
+from dynatune.secrets import mask_log_records
+
+mask_log_records()

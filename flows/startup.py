@@ -116,3 +116,17 @@ def _hand_over(proc, port: int) -> None:
             time.sleep(0.1)
     if proc.poll() is None:
         _stop(proc)  # not up in time: Prefect starts its own on the flow's first call
+
+
+def check_prefect_api(url: str | None) -> None:
+    """A configured Prefect API (``prefect_api_url``, else ``$PREFECT_API_URL``) answers, or one line says it
+    does not, before anything is written (the flow would fail with Prefect's "Failed to reach API")."""
+    if url:
+        from tasks.tracking import check_reachable
+
+        check_reachable(
+            url,
+            "Prefect API",
+            "start the Prefect server, fix prefect_api_url / PREFECT_API_URL, or unset it to run Prefect "
+            "locally",
+        )

@@ -2,15 +2,25 @@
 
 Metric names and steps are the same for every run (step = round), so runs line up in the MLflow UI's
 comparison view. With no tracking URI set, MLflow writes a SQLite store in the work directory.
+
+A run is named after what ran: the model, the date and time, the scheduler (``tracking.run_name`` names it
+otherwise). A work dir resumes its MLflow run, unless it was copied or moved (``cp -a``): then it goes on
+in a new MLflow run, tagged ``dynatune.continues_run`` with the old run's id and
+``dynatune.continues_work_dir`` with the old work dir, so the old run and its artifacts are never written
+again. With the work dir's own store (``<work_dir>/mlflow.db``, copied along), the copy's experiment is
+pointed at the copy's own ``mlartifacts/`` first: the new run's artifacts stay in the copy.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
+import sqlite3
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 from dynatune import __version__
@@ -18,7 +28,7 @@ from dynatune.errors import DynatuneError
 from dynatune.files import WorkDir
 from dynatune.run.callbacks import RunCallback
 from dynatune.run.summary import RunSummary
-from dynatune.secrets import mask
+from dynatune.secrets import mask, mask_all
 
 ROUND_METRICS = (
     "estimated_latency_ms",
@@ -40,15 +50,11 @@ ROUND_METRICS = (
 def check_tracking_uri(uri: str) -> None:
     """Fail before tuning starts (not after an hour) when a remote tracking server does not answer."""
     if uri.startswith(("http://", "https://")):
-        try:
-            with urllib.request.urlopen(_health_request(uri), timeout=5) as resp:
-                resp.read(64)
-        except Exception as exc:
-            reason = getattr(exc, "reason", None) or exc
-            raise DynatuneError(
-                f"MLflow tracking server {mask(uri)} is unreachable ({mask(str(reason))})",
-                "start it, fix tracking.uri / MLFLOW_TRACKING_URI, or unset it to use a local SQLite store",
-            ) from None
+        check_reachable(
+            uri,
+            "MLflow tracking server",
+            "start it, fix tracking.uri / MLFLOW_TRACKING_URI, or unset it to use a local SQLite store",
+        )
     elif uri.startswith("sqlite:///"):
         path = uri[len("sqlite:///") :]
         d = os.path.dirname(os.path.abspath(path))
@@ -56,6 +62,23 @@ def check_tracking_uri(uri: str) -> None:
             os.makedirs(d, exist_ok=True)
         except OSError as exc:
             raise DynatuneError(f"cannot create the MLflow store directory {d} ({exc.strerror})") from None
+
+
+def check_reachable(url: str, what: str, hint: str) -> None:
+    """One line naming ``what`` (its URL masked) when ``<url>/health`` does not answer within 5 s."""
+    try:
+        request = _health_request(url)
+    except ValueError:  # its message may quote a piece of the password ("Port could not be cast ...")
+        raise DynatuneError(
+            f"{what} URL {mask(url)} does not parse",
+            "percent-encode the reserved characters (/ # ? @ % :) of its user name and password",
+        ) from None
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            resp.read(64)
+    except Exception as exc:  # noqa: BLE001 - refused, timed out, a URL that does not parse, an HTTP error
+        reason = getattr(exc, "reason", None) or exc
+        raise DynatuneError(f"{what} {mask(url)} is unreachable ({mask(str(reason))})", hint) from None
 
 
 def _health_request(uri: str):
@@ -75,10 +98,48 @@ def _health_request(uri: str):
     return req
 
 
+def default_run_name(model: str, scheduler: str, trigger: str | None = None, now=None) -> str:
+    """What ran: ``squeezenet 2026-01-02 13:45 dynatune`` (``... retune`` for a nightly retune)."""
+    when = (now or datetime.datetime.now()).strftime("%Y-%m-%d %H:%M")
+    return " ".join(x for x in (model, when, scheduler, trigger or "") if x)
+
+
+def work_dir_identity(work_dir: str) -> str:
+    """Where a work dir is: a copy or a move changes it (the run state keeps the one its MLflow run
+    started in)."""
+    return os.path.realpath(work_dir)
+
+
+def follow_copied_store(uri: str, work_dir: str, experiment) -> None:
+    """A work dir's own SQLite store that was copied (or moved) with it still sends its experiment's
+    artifacts to the old work dir: point the experiment at this work dir's ``mlartifacts/``. Stores
+    elsewhere are shared and left alone."""
+    own = "sqlite:///" + WorkDir(work_dir).mlflow_db
+    wanted = "file://" + WorkDir(work_dir).mlartifacts
+    if uri != own or experiment is None or experiment.artifact_location == wanted:
+        return
+    if not str(experiment.artifact_location).startswith("file://"):
+        return
+    with sqlite3.connect(WorkDir(work_dir).mlflow_db) as db:
+        db.execute(
+            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
+            (wanted, int(experiment.experiment_id)),
+        )
+
+
 class Tracker:
     """The MLflow side of one tuning run (created or resumed by run id)."""
 
-    def __init__(self, cfg, model, run_id: str | None = None, config_hash: str | None = None):
+    def __init__(
+        self,
+        cfg,
+        model,
+        run_id: str | None = None,
+        config_hash: str | None = None,
+        continues: dict | None = None,
+    ):
+        """``continues``: the run this one goes on from, in a copied or moved work dir (``{"run_id": ...,
+        "work_dir": ...}``): tagged on the new run."""
         import mlflow
         from mlflow import MlflowClient
 
@@ -87,9 +148,17 @@ class Tracker:
         self.log_seconds = 0.0  # time spent talking to MLflow (reported against tuning time)
         self.uri = cfg.tracking.uri
         check_tracking_uri(self.uri)
+        exported = os.environ.get("MLFLOW_TRACKING_URI")
         mlflow.set_tracking_uri(self.uri)
+        # MLflow exports the URI to the environment: a later run in this process (a flow tuning several
+        # models) would take this run's store, and its work dir, for its own
+        if exported is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = exported
         self.client = MlflowClient(self.uri)
         exp = self.client.get_experiment_by_name(cfg.tracking.experiment)
+        follow_copied_store(self.uri, cfg.work_dir, exp)
         if exp is None:
             loc = None
             if self.uri.startswith("sqlite:///"):
@@ -99,6 +168,7 @@ class Tracker:
             exp_id = exp.experiment_id
         self.experiment_id = exp_id
         self.resumed = False
+        self._steps: dict[str, set[int]] = {}  # metric -> the steps the run holds (see _unlogged)
         if run_id:
             try:
                 run = self.client.get_run(run_id)
@@ -117,9 +187,15 @@ class Tracker:
                 "scheduler": cfg.scheduler.name,
                 "dynatune_version": __version__,
                 "config_hash": (config_hash or cfg.config_hash())[:16],
-                **cfg.tracking.tags,
+                **mask_all(cfg.tracking.tags),  # a tag may hold a URL: recorded masked
             }
-            run = self.client.create_run(exp_id, run_name=cfg.tracking.run_name, tags=tags)
+            if continues:
+                tags["dynatune.continues_run"] = continues["run_id"]
+                tags["dynatune.continues_work_dir"] = continues["work_dir"]
+            name = cfg.tracking.run_name or default_run_name(
+                model.name, cfg.scheduler.name, cfg.tracking.tags.get("trigger")
+            )
+            run = self.client.create_run(exp_id, run_name=mask(name), tags=tags)
             self.run_id = run.info.run_id
             self._log_params(cfg)
             self.log_dict(cfg.to_record(), "config.json")
@@ -166,8 +242,11 @@ class Tracker:
         if rec.estimated_model_latency_s is not None:
             values["estimated_model_latency_ms"] = rec.estimated_model_latency_s * 1e3
         ts = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), ts, rec.round) for k, v in values.items() if math.isfinite(float(v))]
-        self.client.log_batch(self.run_id, metrics=metrics)
+        metrics = self._unlogged(
+            [Metric(k, float(v), ts, rec.round) for k, v in values.items() if math.isfinite(float(v))]
+        )
+        if metrics:
+            self.client.log_batch(self.run_id, metrics=metrics)
         self.log_table(_columns(rec.beliefs), f"beliefs/round_{rec.round:04d}.json")
         if r.get("exhausted") and r.get("note"):  # the task was retired this round: say why, on the run
             self.client.set_tag(
@@ -179,13 +258,29 @@ class Tracker:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        ms = [
-            Metric(k, float(v), ts, step or 0)
-            for k, v in values.items()
-            if v is not None and isinstance(v, (int, float)) and math.isfinite(float(v))
-        ]
+        ms = self._unlogged(
+            [
+                Metric(k, float(v), ts, step or 0)
+                for k, v in values.items()
+                if v is not None and isinstance(v, (int, float)) and math.isfinite(float(v))
+            ]
+        )
         if ms:
             self.client.log_batch(self.run_id, metrics=ms)
+
+    def _unlogged(self, metrics: list) -> list:
+        """The metrics whose step the run does not hold yet: MLflow never gets a step twice (a resumed run
+        whose work dir lost rounds, a finished run compiled again). A resumed run's steps are read once
+        per metric."""
+        fresh = []
+        for m in metrics:
+            if m.key not in self._steps:
+                history = self.client.get_metric_history(self.run_id, m.key) if self.resumed else []
+                self._steps[m.key] = {h.step for h in history}
+            if m.step not in self._steps[m.key]:
+                self._steps[m.key].add(m.step)
+                fresh.append(m)
+        return fresh
 
     @_timed
     def log_table(self, data: dict, artifact_file: str) -> None:
@@ -207,7 +302,7 @@ class Tracker:
     @_timed
     def set_tags(self, tags: dict) -> None:
         for k, v in tags.items():
-            self.client.set_tag(self.run_id, k, str(v)[:5000])
+            self.client.set_tag(self.run_id, k, mask(str(v))[:5000])
 
     def has_metric(self, key: str) -> bool:
         """Whether the run already has a value of metric ``key`` (a resumed run logs step 0 only once)."""
@@ -251,11 +346,31 @@ def _columns(rows: list[dict]) -> dict:
     return cols
 
 
+def check_store_exists(uri: str) -> None:
+    """A local store that is read (not written) must exist: MLflow would create an empty one, and its
+    directories, where a mistyped path points."""
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///") :].partition("?")[0]
+    elif uri.startswith("file:"):
+        path = urllib.parse.urlsplit(uri).path
+    elif "://" not in uri:
+        path = uri  # a plain path: MLflow's file store
+    else:
+        return
+    if path != ":memory:" and not os.path.exists(path):
+        raise DynatuneError(
+            f"no MLflow store at {mask(uri)} ({path} does not exist)",
+            "give --tracking-uri the run's store, such as sqlite:///runs/MODEL/mlflow.db, or set "
+            "MLFLOW_TRACKING_URI",
+        )
+
+
 def read_run(uri: str, run_id: str) -> dict:
     """Everything `dynatune report` / `compare` need from a finished (or running) MLflow run: its
     ``summary`` is a :class:`~dynatune.run.summary.RunSummary`, None when the run has none (yet)."""
     from mlflow import MlflowClient
 
+    check_store_exists(uri)
     client = MlflowClient(uri)
     try:
         run = client.get_run(run_id)
@@ -270,16 +385,22 @@ def read_run(uri: str, run_id: str) -> dict:
     rounds = []
     for step in sorted(history["estimated_latency_ms"]):
         rounds.append({k: history[k].get(step) for k in ROUND_METRICS} | {"round": step})
-    summary = None
+    summary, task_names = None, {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
             summary = RunSummary.load(client.download_artifacts(run_id, "summary.json", tmp))
         except Exception:
             pass
+        try:
+            with open(client.download_artifacts(run_id, "tasks.json", tmp)) as f:
+                task_names = {int(t["index"]): str(t["name"]) for t in json.load(f)}
+        except Exception:
+            pass  # a run logged before tasks.json was: tasks by index
     return {
         "run": run,
         "rounds": rounds,
         "summary": summary,
+        "task_names": task_names,
         "tags": run.data.tags,
         "params": run.data.params,
         "metrics": run.data.metrics,
@@ -295,8 +416,14 @@ class MlflowCallback(RunCallback):
         self.steps = 0
 
     def on_start(self, run) -> None:
-        t = self.tracker = Tracker(run.cfg, run.model, run.state.get("mlflow_run_id"), run.config_hash)
-        run.state["mlflow_run_id"] = t.run_id
+        run_id, here = run.state.get("mlflow_run_id"), work_dir_identity(run.cfg.work_dir)
+        started_in = run.state.get("mlflow_work_dir", here)  # older work dirs did not keep it
+        continues = None
+        if run_id and started_in != here:  # copied or moved: a new run, linked to the old one
+            continues, run_id = {"run_id": run_id, "work_dir": started_in}, None
+        t = self.tracker = Tracker(run.cfg, run.model, run_id, run.config_hash, continues)
+        run.state["mlflow_run_id"], run.state["mlflow_work_dir"] = t.run_id, here
+        t.log_artifact(WorkDir(run.cfg.work_dir).tasks)  # task names for `dynatune report`, while it runs
         if not (t.resumed and t.has_metric("untuned_estimate_ms")):  # step 0 is logged once per run
             # only as its own metric: estimated_latency_ms at step r is the estimate after round r, one
             # value per step, so the MLflow UI's curves have no double point at step 0
@@ -315,6 +442,8 @@ class MlflowCallback(RunCallback):
                 "measured_latency_ms": m.latency_ms,
                 "measured_ratio_vs_onnxruntime": m.ratio,
                 "measured_onnxruntime_ms": m.onnxruntime_ms,
+                "measured_load_cores": m.load_cores,
+                "measured_under_load": float(m.under_load),
                 "residual_ms": m.residual_ms,
             },
             step=m.round,
@@ -324,8 +453,17 @@ class MlflowCallback(RunCallback):
         t = self.tracker
         metrics = {k: getattr(summary, k) for k in FINAL_METRICS}
         metrics["numerics_ok"] = 1.0 if summary.numerics_ok else 0.0
+        # the final measurement continues the periodic ones' curves, at the last step, whatever the budget
+        metrics |= {
+            "measured_latency_ms": summary.latency_ms,
+            "measured_ratio_vs_onnxruntime": summary.ratio_vs_onnxruntime,
+            "measured_onnxruntime_ms": summary.onnxruntime_latency_ms,
+            "measured_load_cores": summary.timing_load_cores,
+        }
         t.log_metrics(metrics, step=summary.rounds)
         t.set_tags({"never_tuned_tasks": len(summary.never_tuned_tasks)})
+        if summary.timing_under_load:  # the ratio is not a fair one: say so, with the load figure
+            t.set_tags({"timing_under_load": f"{summary.timing_load_cores or 0.0:.2f} cores busy"})
         if summary.library:
             lib = summary.library
             t.set_tags(

@@ -218,3 +218,21 @@ def run_in_plain_tvm(model, artifact: str, tmp_path, extra_check: str = ""):
     )
     _, ref = onnxruntime_outputs(model, {model.inputs[0].name: x}, 2)
     return compare([np.load(tmp_path / "y.npy")], ref)
+
+
+class PlantedPayload:
+    """Unpickling this creates ``marker``: what a hostile work dir would do (it could run any command)."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def plant_pickle(path, marker) -> None:
+    """A pickle at ``path`` (shaped as dynatune's old cost-model file) whose loading creates ``marker``."""
+    import pickle
+
+    with open(path, "wb") as f:
+        pickle.dump({"format": "dynatune.surrogate.EnsembleModel/1", "data": PlantedPayload(str(marker))}, f)

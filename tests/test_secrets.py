@@ -2,6 +2,7 @@
 watcher, and the password is found nowhere they record: the work dirs, MLflow (params, tags, artifacts,
 its store), Prefect (the local API database: flow-run and deployment parameters, logs), the output."""
 
+import json
 import os
 import subprocess
 import sys
@@ -27,10 +28,86 @@ PASSWORD = "pw-S3cr3t-4711"
         (f"https://h/api?token={PASSWORD}&b=2", "https://h/api?token=***&b=2"),
         ("sqlite:////tmp/runs/mlflow.db", "sqlite:////tmp/runs/mlflow.db"),
         ("not a url", "not a url"),
+        # reserved characters in the password: it ends at the last "@" that a host follows
+        (f"http://alice:{PASSWORD}/x@host:5000/api", "http://alice:***@host:5000/api"),
+        (f"http://alice:{PASSWORD}#x@host", "http://alice:***@host"),
+        (f"http://alice:{PASSWORD}@x@host/p", "http://alice:***@host/p"),
+        (f"mysql://alice:{PASSWORD}%2F?y@[::1]:3306/db", "mysql://alice:***@[::1]:3306/db"),
+        (f"https://{PASSWORD}/+=@host", "https://***@host"),  # a token with "/" (base64)
+        (f"postgresql+psycopg://u:{PASSWORD}@/db?host=/run/pg", "postgresql+psycopg://u:***@/db?host=/run/pg"),
+        # no scheme
+        (f"alice:{PASSWORD}@host", "alice:***@host"),
+        (f"alice:{PASSWORD}/#@host:5432/db", "alice:***@host:5432/db"),
+        # text around URLs
+        (f"see http://a:{PASSWORD}@h and bob:{PASSWORD}@db!", "see http://a:***@h and bob:***@db!"),
+        # not secrets: left alone
+        ("sqlite:////tmp/a:b@c/mlflow.db", "sqlite:////tmp/a:b@c/mlflow.db"),
+        ("alice@example.com", "alice@example.com"),
+        ("git@github.com:org/repo.git", "git@github.com:org/repo.git"),
+        ("at 10:30 on 2024-01-01T10:30:00", "at 10:30 on 2024-01-01T10:30:00"),
     ],
 )
 def test_mask(url, masked):
     assert mask(url) == masked
+
+
+def test_mask_text_masks_a_command_line():
+    cmd = (
+        f"dynatune tune --set tracking.uri=http://alice:{PASSWORD}/#@host "
+        f"--set 'library.url=u:{PASSWORD}@db' --set tracking.tags.src=(x:{PASSWORD}@h) "
+        f"--url bob:{PASSWORD}%@h2"
+    )
+    assert mask_text(cmd) == (
+        "dynatune tune --set tracking.uri=http://alice:***@host --set 'library.url=u:***@db' "
+        "--set tracking.tags.src=(x:***@h) --url bob:***@h2"
+    )
+
+
+def test_the_lock_and_its_in_use_error_hold_no_password(tmp_path, monkeypatch):
+    from dynatune.run.lock import WorkDirLock
+
+    monkeypatch.setattr(sys, "argv", ["dynatune", "tune", "--set", f"tracking.uri=http://a:{PASSWORD}/#@h"])
+    with WorkDirLock(str(tmp_path)):
+        assert PASSWORD not in (tmp_path / ".lock").read_text()
+        with pytest.raises(DynatuneError) as err:
+            WorkDirLock(str(tmp_path)).check_free()
+        assert "is in use by pid" in str(err.value) and "tracking.uri=http://a:***@h" in str(err.value)
+    # a lock held by an older dynatune, its command line in clear: the message masks it
+    import fcntl
+
+    old = {"pid": os.getpid(), "host": "h", "since": "t", "cmd": f"dynatune tune --url u:{PASSWORD}@db"}
+    (tmp_path / ".lock").write_text(json.dumps(old))
+    with open(tmp_path / ".lock") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(DynatuneError) as err:
+            WorkDirLock(str(tmp_path)).acquire()
+    assert "u:***@db" in str(err.value) and PASSWORD not in str(err.value)
+
+
+def test_tags_are_recorded_masked_and_passed_as_references():
+    tags = [f"tracking.tags.src=http://alice:{PASSWORD}/#@host/x", f"tracking.tags.db=bob:{PASSWORD}@dbhost"]
+    cfg = load_config(None, tags)
+    assert cfg.tracking.tags["db"] == f"bob:{PASSWORD}@dbhost"  # what the run has
+    assert cfg.to_record()["tracking"]["tags"] == {"src": "http://alice:***@host/x", "db": "bob:***@dbhost"}
+    passed = cfg.to_dict()
+    assert PASSWORD not in repr(passed)
+    assert passed["tracking"]["tags"]["db"] == "env:DYNATUNE_TRACKING_TAGS_DB"
+    assert validate_dict(passed) == cfg
+
+
+def test_log_records_are_masked_whichever_logger_writes_them(caplog):
+    import logging
+
+    from dynatune.secrets import mask_log_records
+
+    mask_log_records()
+    log = logging.getLogger("prefect.flow_runs.test")
+    try:
+        raise RuntimeError(f"cannot reach http://a:{PASSWORD}@h")
+    except RuntimeError:
+        log.exception("flow failed for %s", f"bob:{PASSWORD}/x@db")
+    text = logging.Formatter().format(caplog.records[-1])
+    assert "bob:***@db" in text and "http://a:***@h" in text and PASSWORD not in text
 
 
 def test_mask_text_masks_urls_inside_messages():
@@ -171,3 +248,52 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
     assert PASSWORD not in out.stdout + out.stderr
     assert _files_with(tmp_path, needle) == []  # work dirs, reports, Prefect's database and logs
     assert _files_with(mlflow_server["dir"], needle) == []  # MLflow's store: params, tags, artifacts
+
+
+@pytest.mark.slow
+def test_a_password_in_every_url_setting_and_in_tags_is_recorded_nowhere(tmp_path):
+    """A real short `dynatune tune`, the password (with the reserved characters a password may hold) in
+    every setting that takes a URL (a live Prefect API is left to the refusal tests) and in tags, with and
+    without a scheme, all on the command line: the work dir (its .lock too), the MLflow store and its
+    artifacts, Prefect's database (flow-run parameters, logs), the console and the report see only ***."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+    env.update(PYTHONPATH=ROOT, PREFECT_HOME=str(tmp_path / "prefect-home"))
+    model = make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1)
+    store = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}?token={PASSWORD}"
+    settings = [
+        f"tracking.uri={store}",
+        f"library.url=sqlite:///{tmp_path / 'library.db'}?password={PASSWORD}",
+        f"tracking.tags.source=http://alice:{PASSWORD}/#@host/x",
+        f"tracking.tags.database=bob:{PASSWORD}%@dbhost:5432/db",
+        "budget_s=4",
+        "slot_s=2",
+        "search={trials_per_iter: 4, population_size: 32}",
+        "compile={measure_untuned: false, measure_onnxruntime: false, profile: false}",
+    ]
+    args = ["tune", "--model", model, "--work-dir", str(tmp_path / "work"), "--json"]
+    for s in settings:
+        args += ["--set", s]
+
+    def cli(*a):
+        return subprocess.run(
+            [sys.executable, "-m", "dynatune.cli", *a],
+            env=env,
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+
+    out = cli(*args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    rep = cli("report", summary["mlflow_run_id"], "--tracking-uri", store, "--out", str(tmp_path / "report"))
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    from mlflow import MlflowClient
+
+    tags = MlflowClient(store).get_run(summary["mlflow_run_id"]).data.tags
+    assert tags["source"] == "http://alice:***@host/x" and tags["database"] == "bob:***@dbhost:5432/db"
+    for p in (out, rep):
+        assert PASSWORD not in p.stdout + p.stderr
+    assert os.path.exists(tmp_path / "work" / ".lock") and os.path.exists(tmp_path / "prefect-home")
+    assert _files_with(tmp_path, PASSWORD.encode()) == []

@@ -18,6 +18,7 @@ LAYOUT = {  # property -> path below the work dir (these names are on disk in ev
     "session": "session.json",
     "cost_model": "cost_model",
     "db": "db",
+    "workloads": "db/workloads.jsonl",
     "records": "db/records.jsonl",
     "measurements": "db/measurements.jsonl",
     "report_dir": "report",

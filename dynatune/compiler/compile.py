@@ -12,7 +12,7 @@ ONNX Runtime, and time it.
   TVM latency and ONNX Runtime's latency with the same thread count, so a run always says where it
   stands. The compiled model and ONNX Runtime are timed side by side in a fresh process
   (:mod:`dynatune.compiler.fresh_timing`: alternating rounds), so their ratio holds even when the
-  machine's speed drifts.
+  machine's speed drifts; on a machine that stays busy the report says the ratio was taken under load.
 
 Prepacked weights (CPU targets, ``compile.prepack``, on by default): a tuned conv2d/dense/matmul may read
 its weight in a layout of its own choosing (MetaSchedule's ``RewriteLayout``). The compiler splits each
@@ -33,6 +33,7 @@ import numpy as np
 from dynatune.compiler.fresh_timing import time_in_fresh_process
 from dynatune.compiler.runtime import load, onnxruntime_session, relax_vm, run, time_vm
 from dynatune.errors import DynatuneError
+from dynatune.machine.load import QuietPolicy
 from dynatune.machine.target import gpu_default_schedule
 from dynatune.model.extract import Lowering, backend_passes, fuse_passes
 
@@ -67,6 +68,11 @@ class CompileReport:
     ratio_vs_onnxruntime_min: float | None = None
     ratio_vs_onnxruntime_max: float | None = None
     side_by_side_rounds: int = 0
+    # the machine stayed busy during the side-by-side timing (dynatune.machine.load): the ratio is not a
+    # fair one; timing_load_cores: the cores other work took from it; timing_attempts: timings tried
+    timing_under_load: bool = False
+    timing_load_cores: float | None = None
+    timing_attempts: int = 0
     # the relative error on each of the verification inputs (max_rel_err is their max), and their seeds
     max_rel_err_per_input: list[float] = field(default_factory=list)
     verify_seeds: list[int] = field(default_factory=list)
@@ -191,23 +197,36 @@ def compile_and_verify(
     seed: int = 0,
     repeat: int = 10,
     lowering: Lowering = Lowering(),
+    quiet: QuietPolicy = QuietPolicy(),
+    on_stage=None,
 ) -> CompileReport:
+    """``on_stage(name)`` is called as each stage starts: "compile", "verify", "timing", "untuned model"."""
     import tvm
 
     from dynatune.machine.target import target_device
 
+    stage = on_stage or (lambda name: None)
+    stage("compile")
     t0 = time.perf_counter()
     ex = build(model, target, database, lowering)
     export(ex, artifact_path)
     compile_s = time.perf_counter() - t0
     dev = tvm.device(target_device(target), 0)
     vm = load(artifact_path, dev)
+    stage("verify")
     check = verify(vm, model, dev, threads=threads, rel_tol=rel_tol, seeds=range(seed, seed + VERIFY_INPUTS))
     inputs = model.random_inputs(seed)
     side = {}
+    stage("timing")
     if measure_onnxruntime:  # latency_ms: the median of the TVM rounds, timed in a fresh process
         sbs = time_in_fresh_process(
-            artifact_path, model, device=target_device(target), threads=threads, rounds=repeat, seed=seed
+            artifact_path,
+            model,
+            device=target_device(target),
+            threads=threads,
+            rounds=repeat,
+            seed=seed,
+            quiet=quiet,
         )
         lat, std, ort_ms = sbs.tvm_median_ms, float(np.std(sbs.tvm_ms)), sbs.ort_median_ms
         side = dict(
@@ -215,11 +234,15 @@ def compile_and_verify(
             ratio_vs_onnxruntime_min=sbs.ratio_min,
             ratio_vs_onnxruntime_max=sbs.ratio_max,
             side_by_side_rounds=len(sbs.tvm_ms),
+            timing_under_load=sbs.under_load,
+            timing_load_cores=sbs.load_cores,
+            timing_attempts=sbs.attempts,
         )
     else:
         (lat, std), ort_ms = time_vm(vm, model, inputs, dev, repeat=repeat), None
     untuned = None
     if measure_untuned:
+        stage("untuned model")
         vm0 = relax_vm(build(model, target, None, lowering), dev)
         untuned = time_vm(vm0, model, inputs, dev, repeat=max(3, repeat // 3))[0]
     return CompileReport(

@@ -8,6 +8,11 @@ is also timed alone in the same rounds as the model, which gives the residual th
 Interval: ``measure_every_s`` (null: every 300 s for budgets of 600 s or more, else off; 0: off). The
 measurement's seconds are not tuning time (the budget is not charged), and are reported on their own.
 The points are kept in the run's state, so a resumed run goes on from its last one.
+
+The worker pools stay up between rounds (a restart costs seconds), idle: a worker blocks on its pipe and
+takes no CPU. The timing's load probe (:mod:`dynatune.machine.load`) runs in the timing process, so it
+counts anything else, dynatune's own pools and threads included, as load: a point that stays busy is kept
+with ``under_load`` and never gives the time to parity.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class ModelMeasurement:
     same_time_model_ms: float | None = None
     kernels_alone_ms: float | None = None  # Σ weight × latency alone
     residual_ms: float | None = None  # what the estimate misses: same_time_model_ms - kernels_alone_ms
+    # the machine stayed busy through the timing's retries (dynatune.machine.load): no parity from it
+    under_load: bool = False
+    load_cores: float | None = None  # the cores other work took from the timing
 
     @property
     def estimated_model_ms(self) -> float | None:
@@ -54,6 +62,7 @@ class PeriodicMeasurement:
     def __init__(self, cfg, model, target, tuner, rounds: int = 3):
         self.every_s = interval_s(cfg.measure_every_s, cfg.budget_s)
         self.lowering = cfg.compile.lowering()
+        self.quiet = cfg.compile.quiet()
         self.model = model
         self.target = target
         self.tuner = tuner
@@ -93,6 +102,7 @@ class PeriodicMeasurement:
                 self.model,
                 device=device,
                 rounds=self.rounds,
+                quiet=self.quiet,
             )
         if self._timers is None:
             self._timers = TaskTimers(self.target, dev)
@@ -114,6 +124,8 @@ class PeriodicMeasurement:
             ratio_spread=[timing.ratio_min, timing.ratio_max],
             estimated_ms=session.estimated_latency() * 1e3,
             seconds=time.perf_counter() - t0,
+            under_load=timing.under_load,
+            load_cores=timing.load_cores,
             **residual.as_dict(),
         )
         self.points.append(m.__dict__.copy())
@@ -136,8 +148,14 @@ def parity_s(
     points: list[dict], final_elapsed_s: float | None = None, final_ratio: float | None = None
 ) -> float | None:
     """The first tuning second at which the measured model beat ONNX Runtime (ratio < 1): a periodic point,
-    else the final measurement at ``final_elapsed_s``; None if no measurement did."""
+    else the final measurement at ``final_elapsed_s``; None if no measurement did. A point timed on a busy
+    machine (``under_load``) never counts: load flatters dynatune (ONNX Runtime suffers more from it)."""
     final = [{"elapsed_s": final_elapsed_s, "ratio": final_ratio}] if final_elapsed_s is not None else []
     return next(
-        (p["elapsed_s"] for p in [*points, *final] if p.get("ratio") is not None and p["ratio"] < 1.0), None
+        (
+            p["elapsed_s"]
+            for p in [*points, *final]
+            if p.get("ratio") is not None and p["ratio"] < 1.0 and not p.get("under_load")
+        ),
+        None,
     )

@@ -38,6 +38,7 @@ import numpy as np
 
 from dynatune.compiler.residual import TaskTimers, kernels_alone_ms
 from dynatune.compiler.timing import vm_block_timer
+from dynatune.machine.load import LoadProbe, QuietPolicy, quiet_or_wait
 
 NOOP_CALL = "vm.builtin.null_value"
 
@@ -152,11 +153,13 @@ def profile_model(
     block_ms: float = 200.0,
     task_block_ms: float = 20.0,
     seed: int = 0,
+    quiet: QuietPolicy = QuietPolicy(),
 ) -> dict:
-    """The profile as a dict (see :func:`write_profile`)."""
+    """The profile as a dict (see :func:`write_profile`). It waits for a quiet machine first (bounded by
+    ``quiet``); ``load_cores`` is the load on the cores while it ran, ``under_load`` when that was busy."""
     import tvm
 
-    from dynatune.machine.target import target_device
+    from dynatune.machine.target import target_device, usable_cores
 
     dev = tvm.device(target_device(session.target), 0)
     inputs = model.random_inputs(seed)
@@ -164,13 +167,17 @@ def profile_model(
     model_block = vm_block_timer(plain, inputs, dev, block_ms)
     timers = TaskTimers(session.target, dev, task_block_ms).timers(session.tasks, session.compile_database())
     model_ms, runs, alone = [], [], defaultdict(list)
+    quiet_or_wait(usable_cores(), quiet)
+    load = LoadProbe()
     for _ in range(rounds):  # the model, its calls and the tasks alone, all in each round
         model_ms.append(model_block())
         new_runs, kernels = profile_calls(instrumented, model, inputs, dev, block_ms)
         runs += new_runs
         for i, f in timers.items():
             alone[i].append(f())
-    return summarize(model_ms, runs, kernels, {i: float(np.median(v)) for i, v in alone.items()}, session)
+    during = load.stop()
+    prof = summarize(model_ms, runs, kernels, {i: float(np.median(v)) for i, v in alone.items()}, session)
+    return prof | {"load_cores": during.busy_cores, "under_load": quiet.busy(during, usable_cores())}
 
 
 PREPACKED = "_prepacked"  # the suffix SplitLayoutRewritePreproc gives a kernel that reads packed weights
@@ -246,11 +253,18 @@ def write_profile(
     block_ms: float = 200.0,
     task_block_ms: float = 20.0,
     top: int = 25,
+    quiet: QuietPolicy = QuietPolicy(),
 ) -> dict:
     """Profile the compiled model (an exported library's path, or the executable) and write
     ``profile.json`` and ``profile.md`` into ``out_dir``; returns the profile."""
     prof = profile_model(
-        executable_or_path, model, session, rounds=rounds, block_ms=block_ms, task_block_ms=task_block_ms
+        executable_or_path,
+        model,
+        session,
+        rounds=rounds,
+        block_ms=block_ms,
+        task_block_ms=task_block_ms,
+        quiet=quiet,
     )
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "profile.json"), "w") as f:
@@ -297,6 +311,8 @@ def markdown(prof: dict, top: int = 25) -> str:
     lines += [_kernel_line(k, model) for k in prof["kernels"][:top]]
     if len(prof["kernels"]) > top:
         lines.append(f"\n{len(prof['kernels']) - top} more calls in profile.json.")
+    if prof.get("under_load"):
+        lines += ["", f"Taken under load: other work took {prof['load_cores']:.2f} cores while profiling."]
     if prof["tasks_not_called"]:
         never = [f"{t['name']} ({t['weight']} x {t['alone_ms']:.4f} ms)" for t in prof["tasks_not_called"]]
         lines += ["", "Tasks the model never calls (in the estimate only): " + ", ".join(never)]

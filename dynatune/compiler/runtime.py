@@ -47,7 +47,15 @@ def time_vm(vm, model, inputs, device, repeat: int = 10, min_repeat_ms: int = 20
 
 def onnxruntime_session(model, threads: int):
     """ONNX Runtime on the CPU with ``threads`` intra-op threads (the same count TVM gets); ``model``: a
-    :class:`~dynatune.model.importer.Model` or an ONNX proto."""
+    :class:`~dynatune.model.importer.Model` or an ONNX proto.
+
+    Otherwise ONNX Runtime runs as a user runs it in production: its defaults, which its documentation
+    ("Thread management") gives as the settings "to get fast inference performance": sequential
+    execution, all graph optimizations, and ``session.intra_op.allow_spinning`` = 1 (pool threads spin
+    after a run, waiting for the next). Turning spinning off saves CPU between requests but slows
+    back-to-back runs; it would slow ONNX Runtime's side on a quiet machine and flatter dynatune.
+    Spinning is also why a busy core hurts ONNX Runtime far more than TVM: the answer to that is to
+    time on a quiet machine (:mod:`dynatune.machine.load`), not to time ONNX Runtime as nobody runs it."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()

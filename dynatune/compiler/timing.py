@@ -12,6 +12,10 @@ blocks call ``sess.run`` in a Python loop with numpy inputs, as a user of either
 Blocks are ``pause_s`` apart: ONNX Runtime's pool threads keep spinning after a run (its default,
 ``session.intra_op.allow_spinning``), and on 2 cores a TVM block right after an ONNX Runtime block ran
 20-30% slower than one after a 10-50 ms pause. Both sides get the same pause.
+
+The load on the timing's cores during the rounds (:class:`dynatune.machine.load.LoadProbe`: other work,
+steal time; this process's own threads excluded) comes with the result, so a caller can tell a timing
+taken on a busy machine (:mod:`dynatune.compiler.fresh_timing` retries it, then flags it).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dynatune.machine.load import LoadProbe
+
 
 @dataclass
 class SideBySide:
@@ -28,6 +34,15 @@ class SideBySide:
 
     tvm_ms: list[float]
     ort_ms: list[float]
+    load: dict | None = None  # Load.as_dict() of the machine during the rounds
+    load_before: dict | None = None  # ... just before them (fresh_timing)
+    under_load: bool = False  # the machine stayed busy: the ratio is not a fair one (fresh_timing)
+    attempts: int = 1  # timings tried to get one on a quiet machine
+
+    @property
+    def load_cores(self) -> float | None:
+        """The cores other work took from the timing: the larger of the loads before and during it."""
+        return max((d["busy_cores"] for d in (self.load, self.load_before) if d), default=None)
 
     @property
     def ratios(self) -> list[float]:
@@ -64,7 +79,18 @@ class SideBySide:
             "ratio_median": self.ratio_median,
             "ratio_min": self.ratio_min,
             "ratio_max": self.ratio_max,
+            "load": self.load,
+            "load_before": self.load_before,
+            "under_load": self.under_load,
+            "attempts": self.attempts,
+            "load_cores": self.load_cores,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SideBySide":
+        """The inverse of :meth:`as_dict` (the fresh timing process prints that)."""
+        keys = ("tvm_ms", "ort_ms", "load", "load_before", "under_load", "attempts")
+        return cls(**{k: d[k] for k in keys if k in d})
 
 
 def block_timer(make_evaluator, args, block_ms: float):
@@ -136,7 +162,7 @@ def time_side_by_side(
     """Time the compiled model (``vm``) and ONNX Runtime (``sess``) in alternating blocks on ``inputs``
     (in the model's input order). The tuning process should time in a fresh process instead
     (:mod:`dynatune.compiler.fresh_timing`)."""
-    tvm_ms, ort_ms = alternate(
-        vm_block_timer(vm, inputs, device, block_ms), ort_block_timer(sess, inputs, block_ms), rounds, pause_s
-    )
-    return SideBySide(tvm_ms, ort_ms)
+    tvm_timer = vm_block_timer(vm, inputs, device, block_ms)
+    load = LoadProbe()
+    tvm_ms, ort_ms = alternate(tvm_timer, ort_block_timer(sess, inputs, block_ms), rounds, pause_s)
+    return SideBySide(tvm_ms, ort_ms, load=load.stop().as_dict())

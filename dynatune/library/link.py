@@ -20,7 +20,6 @@ A resumed run is not seeded twice (``<work_dir>/library.json``).
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -31,6 +30,7 @@ from dynatune.library.store import LibraryRecord, ScheduleLibrary, db_error, kep
 from dynatune.library.transfer import task_pattern, transferred_candidates
 from dynatune.search.batch_callbacks import BatchCallback
 from dynatune.search.database import mean_secs
+from dynatune.search.state_files import read_json_file
 
 TRANSFER_SOURCES = (3, 2)  # transfer from the 3 most similar library tasks, 2 best schedules each
 
@@ -86,8 +86,7 @@ class RunLibrary:
         transferred candidates into the first batch of new tasks."""
         done = WorkDir(session.work_dir).library_done
         if os.path.exists(done):
-            with open(done) as f:
-                self.seeded = json.load(f)
+            self.seeded = read_json_file(done, dict)
             return self.seeded
         t0 = time.perf_counter()
         by_key = {t.key: t for t in session.tasks}

@@ -140,7 +140,8 @@ _IMPORTED: dict = {}
 
 
 def load_model(path: str, shapes: dict[str, tuple[int, ...]] | None = None, name: str | None = None) -> Model:
-    """Import an ONNX file into Relax. ``shapes`` binds symbolic (or overrides static) input dims.
+    """Import an ONNX file into Relax. ``shapes`` binds symbolic input dims (and may change a static batch
+    dim, dim 0; another static dim it contradicts is an error).
 
     A file imported before in this process (same path, size, mtime, shapes and name) is not imported
     again."""
@@ -196,10 +197,8 @@ def _import_model(path: str, shapes, name) -> Model:
         dtype = _DTYPES.get(tt.elem_type, "float32")
         if vi.name in shapes:
             shape = shapes[vi.name]
-            if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
-                raise DynatuneError(
-                    f"shape for input {vi.name!r} has {len(shape)} dims, the model says {len(tt.shape.dim)}"
-                )
+            if tt.HasField("shape"):
+                _check_given_shape(vi.name, shape, [d.dim_value for d in tt.shape.dim])
         else:
             if not tt.HasField("shape"):
                 raise DynatuneError(
@@ -212,10 +211,13 @@ def _import_model(path: str, shapes, name) -> Model:
                     dims.append(d.dim_value)
                 else:
                     label = d.dim_param or "?"
+                    model_dims = [dd.dim_value for dd in tt.shape.dim]
+                    dynamic = ", ".join(str(j) for j, x in enumerate(model_dims) if x <= 0)
                     raise DynatuneError(
                         f"input {vi.name!r} has dynamic dim {k} ({label!r}) and no shape was given",
                         f"bind it with --shape {vi.name}="
-                        + "x".join(str(x) if x else "N" for x in [dd.dim_value for dd in tt.shape.dim]),
+                        + "x".join(str(x) if x > 0 else "1" for x in model_dims)
+                        + f", any positive size for dim {dynamic}",
                     )
             shape = tuple(dims)
         inputs.append(ModelInput(vi.name, tuple(int(s) for s in shape), dtype))
@@ -234,6 +236,23 @@ def _import_model(path: str, shapes, name) -> Model:
         mod=mod,
         params=list(params.get("main", [])),
     )
+
+
+def _check_given_shape(name: str, shape, model_dims: list[int]) -> None:
+    """A ``--shape`` fits the model: as many dims as it has, and its static dims kept, but for dim 0 (the
+    batch, which a model exported with batch 1 often runs at any size)."""
+    if len(model_dims) != len(shape):
+        raise DynatuneError(
+            f"shape for input {name!r} has {len(shape)} dims, the model says {len(model_dims)}"
+        )
+    fits = [shape[0], *(f if f > 0 else w for w, f in zip(shape[1:], model_dims[1:]))]
+    for k, (want, fixed) in enumerate(zip(shape, model_dims)):
+        if want != fits[k]:
+            raise DynatuneError(
+                f"shape for input {name!r} gives dim {k} as {want}, but the model fixes it at {fixed} "
+                "(only the batch dim, dim 0, may differ from the model's)",
+                f"use --shape {name}={'x'.join(map(str, fits))}",
+            )
 
 
 def _pin_input_shapes(graph, inputs) -> None:

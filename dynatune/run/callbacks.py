@@ -50,6 +50,10 @@ class TaskRetired:
 class RunCallback:
     """Base class: every event is a no-op."""
 
+    def on_stage(self, name: str, detail: str = "") -> None:
+        """A stage of the run starts: "import", "extraction", "untuned latencies", "coverage pass",
+        "tuning", "measurement", "compile", "verify", "timing", "untuned model", "profile", "report"."""
+
     def on_start(self, run: RunStart) -> None:
         """Before the first round (also when a run resumes)."""
 
@@ -96,6 +100,9 @@ class CallbackList(RunCallback):
                     name, method, where, type(e).__name__, e,
                 )
                 log.debug("callback %s: traceback", name, exc_info=True)
+
+    def on_stage(self, name, detail=""):
+        self._each("on_stage", name, detail)
 
     def on_retired(self, event):
         self._each("on_retired", event)

@@ -93,10 +93,20 @@ class CompileSection(Section):
     prepack: bool = Lowering.prepack  # CPU targets: tuned conv/dense/matmul kernels pick their weight layout
     conv_layout: OneOf(lambda: CONV_LAYOUTS) = Lowering.conv_layout  # auto: NHWC on CPU (model.layout)
     fast_math: bool = Lowering.fast_math  # CPU: exp/erf/tanh/sigmoid/softmax/GELU as vectorizable polynomials
+    # a timing against ONNX Runtime on a busy machine is tried this many times, timing_wait_s apart, before
+    # it is kept as taken under load (dynatune.machine.load)
+    timing_attempts: int = Field(3, ge=1)
+    timing_wait_s: float = Field(10.0, ge=0)
 
     def lowering(self) -> Lowering:
         """How the model is lowered to tasks (extraction and compile share it)."""
         return Lowering(prepack=self.prepack, conv_layout=self.conv_layout, fast_math=self.fast_math)
+
+    def quiet(self):
+        """When a timing against ONNX Runtime counts as quiet, and how often it is tried on a busy machine."""
+        from dynatune.machine.load import QuietPolicy
+
+        return QuietPolicy(wait_s=self.timing_wait_s, attempts=self.timing_attempts)
 
 
 class TrackingSection(Section):
@@ -184,11 +194,7 @@ class Config(Section):
         """The fully resolved config as plain JSON-able data, safe to pass on as a parameter
         (``validate_dict`` accepts it back, in this process or its children): a URL with credentials is
         replaced by an ``env:NAME`` reference (see :mod:`dynatune.secrets`)."""
-        d = self._plain()
-        d["tracking"]["uri"] = secrets.reference(d["tracking"]["uri"], "DYNATUNE_TRACKING_URI")
-        d["prefect_api_url"] = secrets.reference(d["prefect_api_url"], "DYNATUNE_PREFECT_API_URL")
-        d["library"]["url"] = secrets.reference(d["library"]["url"], "DYNATUNE_LIBRARY_URL")
-        return d
+        return secrets.reference_all(self._plain(), "DYNATUNE")  # tracking.uri -> env:DYNATUNE_TRACKING_URI
 
     def to_record(self) -> dict:
         """The config as recorded (work dir, MLflow, logs): every credential masked."""
@@ -313,6 +319,18 @@ def validate_dict(raw, source: str = "(dict)") -> Config:
     return _validate(raw, source, [])
 
 
+def _is_onnx(path: str) -> bool:
+    """An ONNX file: named so, or starting as one does (its first field, ``ir_version``: byte 0x08, which no
+    YAML text starts with)."""
+    if path.lower().endswith(".onnx"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) == b"\x08"
+    except OSError:
+        return False  # reading it again below says why
+
+
 def _read_yaml(path: str, source: str):
     if not os.path.exists(path):
         raise DynatuneError(
@@ -320,6 +338,10 @@ def _read_yaml(path: str, source: str):
         )
     if os.path.isdir(path):
         raise DynatuneError(f"config {source} is a directory, not a YAML file")
+    if _is_onnx(path):
+        raise DynatuneError(
+            f"{source} is an ONNX model, not a YAML config", f"use --model {source}"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -372,6 +394,7 @@ def _set_path(raw: dict, parts: list[str], value, origin: str, problems: list[st
 
 # -- validation -------------------------------------------------------------------------------------
 def _validate(raw: dict, source: str, problems: list[str]) -> Config:
+    raw = secrets.resolve_all(raw)  # any setting may be given as env:NAME (what to_dict passes on)
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as exc:
@@ -389,13 +412,10 @@ def _validate(raw: dict, source: str, problems: list[str]) -> Config:
     model.name = model.name or (stem if stem.strip() else "model")
     cfg.work_dir = os.path.abspath(cfg.work_dir or os.path.join("runs", model.name))
     tracking = cfg.tracking
-    tracking.uri = (
-        secrets.resolve(tracking.uri, "tracking.uri")
-        or os.environ.get("MLFLOW_TRACKING_URI")
-        or "sqlite:///" + WorkDir(cfg.work_dir).mlflow_db
-    )
+    default_uri = "sqlite:///" + WorkDir(cfg.work_dir).mlflow_db
+    tracking.uri = tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri
     tracking.experiment = tracking.experiment or f"dynatune/{model.name}"
-    cfg.prefect_api_url = secrets.resolve(cfg.prefect_api_url, "prefect_api_url") or None
+    cfg.prefect_api_url = cfg.prefect_api_url or None
     return cfg
 
 

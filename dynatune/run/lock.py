@@ -1,6 +1,7 @@
 """One run per work directory: an exclusive ``flock`` on ``<work_dir>/.lock``.
 
-The lock file names its holder (pid, host, command, start time) so a second run can say who holds it.
+The lock file names its holder (pid, host, command with its credentials masked, start time) so a second run
+can say who holds it.
 The kernel drops the lock when the holder dies, even by ``kill -9``: no stale locks to clean up.
 """
 
@@ -16,6 +17,7 @@ import time
 
 from dynatune.errors import DynatuneError
 from dynatune.files import WorkDir
+from dynatune.secrets import mask_text
 
 
 class WorkDirLock:
@@ -48,7 +50,7 @@ class WorkDirLock:
         info = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "cmd": " ".join(sys.argv)[:200],
+            "cmd": mask_text(" ".join(sys.argv))[:200],  # the file outlives the run: no credentials in it
             "since": datetime.datetime.now().isoformat(timespec="seconds"),
         }
         data = json.dumps(info).encode()
@@ -98,8 +100,8 @@ def _read_holder(fd) -> str:
         except (OSError, ValueError):
             info = {}
         if info.get("pid"):
-            return (
-                f"pid {info.get('pid')} on {info.get('host')} since {info.get('since')} ({info.get('cmd')})"
-            )
+            since = f"since {info.get('since')} ({info.get('cmd')})"
+            # masked again: a lock written by an older dynatune holds its command line in clear
+            return mask_text(f"pid {info.get('pid')} on {info.get('host')} {since}")
         time.sleep(0.02)
     return "another run"

@@ -36,6 +36,8 @@ PROFILE_HEADLINE = (
     "calls_without_task_ms",
     "between_calls_ms",
     "gap_ms",
+    "under_load",
+    "load_cores",
 )  # the profile's figures the summary carries
 
 
@@ -69,7 +71,8 @@ def tune_round(tuner, round_no: int):
     return tuner.step()
 
 
-def compile_verify(model, target, database, cfg, artifact: str):
+def compile_verify(model, target, database, cfg, artifact: str, on_stage=None):
+    """``on_stage(name)``: called as compile, verify and timing start."""
     from dynatune.compiler.compile import compile_and_verify
     from dynatune.machine.target import usable_cores
 
@@ -83,6 +86,8 @@ def compile_verify(model, target, database, cfg, artifact: str):
         measure_untuned=cfg.compile.measure_untuned,
         measure_onnxruntime=cfg.compile.measure_onnxruntime,
         lowering=cfg.compile.lowering(),
+        quiet=cfg.compile.quiet(),
+        on_stage=on_stage,
     )
 
 
@@ -106,9 +111,11 @@ class TuningRun:
     :func:`run` drives it to the end; benches use it with their own settings and loops.
     """
 
-    def __init__(self, cfg, steps: Steps | None = None):
+    def __init__(self, cfg, steps: Steps | None = None, on_stage=None):
+        """``on_stage(name, detail="")``: called as each stage starts (:meth:`RunCallback.on_stage`)."""
         self.cfg = cfg
         self.steps = steps or Steps()
+        self.on_stage = on_stage or (lambda name, detail="": None)
         self.tuner = None
         self.library = None
         self._lock = None
@@ -127,7 +134,9 @@ class TuningRun:
             self.config_hash = cfg.config_hash()
             check_same_run(cfg.work_dir, self.config_hash)  # before anything in the work dir is written
             atomic_write_json(WorkDir(cfg.work_dir).config, cfg.to_record())
+            self.on_stage("import", cfg.model.path)
             self.model = steps.load_model(cfg)
+            self.on_stage("extraction")
             self.target, self.tasks, self.cache_hit = steps.extract(self.model, cfg)
             import_tensor_intrinsics()
             self.library = RunLibrary.for_config(cfg, self.target, self.model.name)
@@ -161,6 +170,7 @@ class TuningRun:
                 roofline=None if cfg.measure.rpc else machine_roofline(self.target),
             )
             atomic_write_json(WorkDir(cfg.work_dir).tasks, [t.as_dict() for t in self.tasks])
+            self.on_stage("untuned latencies", f"{len(self.tasks)} tasks")
             self.untuned_estimate_s = steps.prepare(self.tuner)
         except BaseException:
             self.__exit__(None, None, None)
@@ -193,6 +203,7 @@ class TuningRun:
             database,
             self.cfg,
             artifact or WorkDir(self.cfg.work_dir).model_so,
+            on_stage=self.on_stage,
         )
 
     def profile(self, artifact: str) -> dict:
@@ -200,7 +211,14 @@ class TuningRun:
         the model beside its task's best schedule timed alone, and where the gap to the estimate goes."""
         from dynatune.compiler.profile import write_profile
 
-        return write_profile(artifact, self.model, self.session, WorkDir(self.cfg.work_dir).report_dir)
+        self.on_stage("profile")
+        return write_profile(
+            artifact,
+            self.model,
+            self.session,
+            WorkDir(self.cfg.work_dir).report_dir,
+            quiet=self.cfg.compile.quiet(),
+        )
 
     def __exit__(self, *exc) -> None:
         try:
@@ -218,7 +236,7 @@ def run(cfg, callbacks=(), steps: Steps | None = None) -> RunSummary:
     cbs = CallbackList(callbacks)
     t_start = time.perf_counter()
     started = False
-    with TuningRun(cfg, steps) as r:
+    with TuningRun(cfg, steps, on_stage=cbs.on_stage) as r:
         try:
             cbs.on_start(r.start_event())
             started = True
@@ -238,12 +256,13 @@ def run(cfg, callbacks=(), steps: Steps | None = None) -> RunSummary:
             summary = make_summary(
                 cfg, r.model, r.tasks, r.tuner, report, periodic, time.perf_counter() - t_start
             )
+            cbs.on_stage("report")
             summary.library = r.library.report() if r.library else None
             # the estimate when this process started tuning: with a library or a warm start, below the
             # untuned one
             summary.start_estimated_latency_ms = r.untuned_estimate_s * 1e3
             if profile is not None:
-                summary.profile = {k: profile[k] for k in PROFILE_HEADLINE}
+                summary.profile = {k: profile.get(k) for k in PROFILE_HEADLINE}
             summary = summary.model_copy(
                 update=residual_fields(summary.estimated_latency_ms, r.tuner, profile)
             )
@@ -268,8 +287,12 @@ def run(cfg, callbacks=(), steps: Steps | None = None) -> RunSummary:
 def _rounds(tuner, steps, cbs, periodic) -> None:
     """Rounds until the budget is spent or every task is retired. A round that fails (after the step's own
     retries) does not end the run; ``MAX_FAILED_ROUNDS`` in a row do."""
-    failures = 0
+    failures, stage = 0, None
     while not tuner.done():
+        now = "coverage pass" if tuner.warmup_choice() is not None else "tuning"
+        if now != stage:
+            stage = now
+            cbs.on_stage(stage)
         try:
             rec = steps.tune_round(tuner, tuner.rounds_done)
             failures = 0
@@ -285,7 +308,9 @@ def _rounds(tuner, steps, cbs, periodic) -> None:
         if rec.result.get("exhausted") and rec.result.get("note"):
             cbs.on_retired(TaskRetired(rec.task, rec.task_name, rec.result["note"]))
         if periodic.due():
+            cbs.on_stage("measurement", "compile and time the model beside ONNX Runtime")
             cbs.on_measurement(periodic.measure())
+            stage = None  # the next round says which stage it is in again
 
 
 # -- summary and report -------------------------------------------------------------------------------
@@ -296,8 +321,9 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSumma
     elapsed_s = round(tuner.elapsed_s, 3)
     parity_s = periodic.parity_s()  # with the final measurement, when there was one
     measured = {}
-    if report is not None:
-        parity_s = periodic.parity_s(elapsed_s, report.ratio_vs_onnxruntime)
+    if report is not None:  # no parity from a ratio taken on a busy machine
+        final_ratio = None if report.timing_under_load else report.ratio_vs_onnxruntime
+        parity_s = periodic.parity_s(elapsed_s, final_ratio)
         measured = dict(
             latency_ms=report.latency_ms,
             untuned_latency_ms=report.untuned_latency_ms,
@@ -310,6 +336,9 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSumma
             ratio_vs_onnxruntime=report.ratio_vs_onnxruntime,
             ratio_vs_onnxruntime_min=report.ratio_vs_onnxruntime_min,
             ratio_vs_onnxruntime_max=report.ratio_vs_onnxruntime_max,
+            timing_under_load=report.timing_under_load,
+            timing_load_cores=report.timing_load_cores,
+            timing_attempts=report.timing_attempts,
         )
         if report.untuned_latency_ms:
             measured["speedup_vs_untuned"] = report.untuned_latency_ms / report.latency_ms
@@ -408,11 +437,9 @@ def retune_config(cfg, now: datetime.datetime | None = None):
     warm = list(cfg.warm_start)
     if prev and prev not in warm:
         warm.append(prev)
+    # unnamed, the MLflow run is named after the model, the date and time, the scheduler and "retune"
     tracking = cfg.tracking.model_copy(
-        update={
-            "run_name": cfg.tracking.run_name or f"retune-{stamp}",
-            "tags": {**cfg.tracking.tags, "trigger": "retune", "retune_of": base},
-        }
+        update={"tags": {**cfg.tracking.tags, "trigger": "retune", "retune_of": base}}
     )
     return cfg.model_copy(update={"work_dir": work_dir, "warm_start": warm, "tracking": tracking})
 

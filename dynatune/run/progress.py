@@ -2,20 +2,34 @@
 
 Everything goes to stderr, so ``--json`` keeps stdout to one JSON object. Without a terminal (CI, logs)
 it prints one plain line per round instead.
+
+Each stage says so as it starts (import, extraction, the untuned latencies, the coverage pass, compile,
+verify, timing, ...), and a stage with no rounds to show says how long it has been running every
+``heartbeat_s`` seconds, so the console is never silent for long.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
 
 from dynatune.run.callbacks import RunCallback
 
+HEARTBEAT_S = 5.0
+ROUND_STAGES = ("coverage pass", "tuning")  # stages whose rounds are shown one by one
+
 
 class LiveView(RunCallback):
-    def __init__(self, cfg, quiet: bool = False):
+    def __init__(self, cfg, quiet: bool = False, heartbeat_s: float = HEARTBEAT_S):
         from rich.console import Console
 
         self.cfg = cfg
+        self.heartbeat_s = heartbeat_s
+        self._stage: tuple[str, float] | None = None  # the stage without rounds that runs, since when
+        self._stage_changed = threading.Condition()
+        self._closed = False
+        self._beat = threading.Thread(target=self._heartbeat, name="dynatune-heartbeat", daemon=True)
         self.console = Console(stderr=True)
         self.interactive = sys.stderr.isatty() and not quiet
         self.rows: list = []
@@ -25,6 +39,7 @@ class LiveView(RunCallback):
         self.last_est = None
 
     def __enter__(self):
+        self._beat.start()
         if self.interactive:
             from rich.live import Live
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -42,6 +57,11 @@ class LiveView(RunCallback):
         return self
 
     def __exit__(self, *exc):
+        with self._stage_changed:
+            self._closed, self._stage = True, None
+            self._stage_changed.notify_all()
+        if self._beat.is_alive():
+            self._beat.join(timeout=2 * self.heartbeat_s)
         if self.live is not None:
             self.live.__exit__(*exc)
             self.live = None
@@ -57,7 +77,22 @@ class LiveView(RunCallback):
             table.add_row(*r)
         return Group(self.progress, table) if self.progress else table
 
+    def _heartbeat(self) -> None:
+        """Every ``heartbeat_s`` while a stage without rounds runs: a line saying how long it has run."""
+        with self._stage_changed:
+            while not self._closed:
+                stage = self._stage
+                self._stage_changed.wait(self.heartbeat_s)
+                if stage is not None and self._stage == stage and not self._closed:
+                    self._say(f"  {stage[0]}: {time.monotonic() - stage[1]:.0f} s")
+
     # -- RunCallback events ---------------------------------------------------------------------------
+    def on_stage(self, name: str, detail: str = "") -> None:
+        self._say(f"{name}: {detail}" if detail else f"{name}...")
+        with self._stage_changed:
+            self._stage = None if name in ROUND_STAGES else (name, time.monotonic())
+            self._stage_changed.notify_all()
+
     def on_start(self, run) -> None:
         self._say(f"{run.model.name}: {len(run.tasks)} tasks" + (" (from cache)" if run.cache_hit else ""))
         if run.warm_start:
@@ -101,6 +136,8 @@ class LiveView(RunCallback):
 
     def on_measurement(self, m) -> None:
         vs = f", {m.ratio:.2f}x ONNX Runtime ({m.onnxruntime_ms:.3f} ms)" if m.ratio is not None else ""
+        if m.under_load:
+            vs += f" (taken under load: other work took {m.load_cores:.2f} cores)"
         est = f"estimate {m.estimated_ms:.3f} ms"
         if m.residual_ms is not None:
             est += f" + {m.residual_ms:.3f} ms the kernels alone miss"
@@ -134,6 +171,14 @@ class LiveView(RunCallback):
         if s.estimate_excludes:
             left_out = ", ".join(s.estimate_excludes)
             lines.insert(2, f"  (the estimate leaves out tasks with no measured latency: {left_out})")
+        if s.ratio_vs_onnxruntime is not None:
+            from dynatune.run.report import under_load_note
+
+            lines.append(
+                f"  TVM / ONNX Runtime side by side {s.ratio_vs_onnxruntime:.3f} (rounds "
+                f"{s.ratio_vs_onnxruntime_min:.3f}-{s.ratio_vs_onnxruntime_max:.3f})"
+                + (f" {under_load_note(s)}" if s.timing_under_load else "")
+            )
         if s.max_rel_err is not None:
             per = s.max_rel_err_per_input or []
             each = f" over {len(per)} random inputs ({', '.join(f'{e:.1e}' for e in per)})" if per else ""

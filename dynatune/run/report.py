@@ -364,7 +364,15 @@ def _ratio_spread(summary: RunSummary) -> str:
     )
     if r is None:
         return DASH
-    return f"{r:.3f}" if lo is None or hi is None else f"{r:.3f} ({lo:.3f}-{hi:.3f})"
+    text = f"{r:.3f}" if lo is None or hi is None else f"{r:.3f} ({lo:.3f}-{hi:.3f})"
+    return text + (f" {under_load_note(summary)}" if summary.timing_under_load else "")
+
+
+def under_load_note(summary: RunSummary) -> str:
+    """What a summary whose side-by-side timing was taken on a busy machine says about it."""
+    load = _num(summary.timing_load_cores)
+    took = f"other work took {load:.2f} cores, " if load is not None else ""
+    return f"(taken under load: {took}{_int(summary.timing_attempts)} tries; not a fair ratio, no parity)"
 
 
 def compare_table(runs: dict[str, RunSummary | dict]) -> str:

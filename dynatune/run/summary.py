@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dynatune.files import atomic_write_json
+from dynatune.secrets import mask_all
 
 __all__ = ["RunSummary"]
 
@@ -70,6 +71,15 @@ class RunSummary(BaseModel):
     )
     ratio_vs_onnxruntime_min: float | None = Field(None, description="the smallest of those ratios")
     ratio_vs_onnxruntime_max: float | None = Field(None, description="the largest of those ratios")
+    timing_under_load: bool | None = Field(
+        None,
+        description="the machine stayed busy through the side-by-side timing's retries: the ratio was taken "
+        "under load (no parity is claimed from it)",
+    )
+    timing_load_cores: float | None = Field(
+        None, description="the cores other work and steal time took from that timing (dynatune.machine.load)"
+    )
+    timing_attempts: int | None = Field(None, description="side-by-side timings tried to get a quiet one")
     # -- periodic whole-model measurements ----------------------------------------------------------
     measurements: list[dict] = Field(
         default_factory=list,
@@ -120,6 +130,9 @@ class RunSummary(BaseModel):
     # fields that summary.json holds only when they are known (as the dict it replaced did)
     ONLY_WHEN_SET: ClassVar[tuple[str, ...]] = (
         "max_rel_err_per_input",
+        "timing_under_load",
+        "timing_load_cores",
+        "timing_attempts",
         "speedup_vs_untuned",
         "speedup_vs_onnxruntime",
         "profile",
@@ -151,12 +164,12 @@ class RunSummary(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The ``summary.json`` form: every field under its name, then the extra keys of an older summary;
-        the fields of :attr:`ONLY_WHEN_SET` only when not None."""
+        the fields of :attr:`ONLY_WHEN_SET` only when not None. Every URL in it masked (it is recorded)."""
         d = self.model_dump()
         for k in self.ONLY_WHEN_SET:
             if d.get(k) is None:
                 d.pop(k, None)
-        return d
+        return mask_all(d)
 
     def write(self, path: str) -> None:
         """Write ``summary.json`` atomically."""

@@ -25,17 +25,17 @@ most of what it can. The scheduler decides again, with that batch's result. With
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from dynatune.errors import DynatuneError
 from dynatune.files import WorkDir, atomic_write_json
+from dynatune.run.workdir_state import check_same_run, read_rounds, read_run_state
 from dynatune.schedulers import Belief, RoundContext, TaskView, make_scheduler
-from dynatune.search.database import JsonlWriter, read_jsonl
+from dynatune.search.database import JsonlWriter
 from dynatune.search.session import RoundResult, TuningSession
+
+__all__ = ["RoundRecord", "Tuner", "check_same_run", "task_bounds"]
 
 
 @dataclass
@@ -92,7 +92,7 @@ class Tuner:
         wd = WorkDir(session.work_dir)
         self.run_path = wd.run_state
         self.rounds_path = wd.rounds
-        self.rounds: list[dict] = read_jsonl(self.rounds_path)
+        self.rounds: list[dict] = read_rounds(self.rounds_path)
         self.run_state = self._load_run_state()
         if self.rounds and "scheduler_state" in self.rounds[-1]:
             # the state written with the last round: run.json may be one round behind after a kill
@@ -104,13 +104,12 @@ class Tuner:
 
     # -- state -----------------------------------------------------------------------------------
     def _load_run_state(self) -> dict:
-        state = {}
-        if os.path.exists(self.run_path):
-            with open(self.run_path) as f:
-                state = json.load(f)
+        state = read_run_state(self.run_path)
         # rounds.jsonl is the source of truth for progress: a kill between its fsync and run.json's
-        # rewrite must not make the round run twice
-        state["rounds_done"] = len(self.rounds)
+        # rewrite must not make the round run twice. The next round follows the last one recorded (after
+        # `dynatune repair` dropped a damaged line, fewer than that): a round number, the MLflow step, is
+        # never used twice.
+        state["rounds_done"] = self.rounds[-1]["round"] + 1 if self.rounds else 0
         state["elapsed_s"] = self.rounds[-1]["elapsed_s"] if self.rounds else 0.0
         return state
 
@@ -272,23 +271,6 @@ class Tuner:
         self._writer.close()
         self.save_run_state()
         self.session.close()
-
-
-def check_same_run(work_dir: str, config_hash: str) -> None:
-    """Refuse (before anything is written) a work directory that holds a run of a different config."""
-    path = WorkDir(work_dir).run_state
-    if not os.path.exists(path):
-        return
-    try:
-        with open(path) as f:
-            prev = json.load(f).get("config_hash")
-    except (OSError, ValueError) as exc:
-        raise DynatuneError(f"cannot read {path} ({exc})", "use another --work-dir") from None
-    if prev and prev != config_hash:
-        raise DynatuneError(
-            f"work directory {work_dir} holds a run of a different config",
-            "use another --work-dir for a different model, target, scheduler or search",
-        )
 
 
 def task_bounds(tasks, roofline) -> dict[int, float]:

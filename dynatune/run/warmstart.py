@@ -9,18 +9,20 @@ Runs already warm-started from a directory are not imported twice.
 
 from __future__ import annotations
 
-import json
 import os
+from dataclasses import asdict
 
 from dynatune.errors import DynatuneError
 from dynatune.files import WorkDir, atomic_write_json
 from dynatune.search.database import TuningDatabase
+from dynatune.search.session import read_session_state
+from dynatune.search.state_files import read_json_file
 
 
 def warm_start(session, sources: list[str]) -> dict:
     keys = {t.key for t in session.tasks}
     done_path = WorkDir(session.work_dir).warm_start_done
-    done = json.load(open(done_path)) if os.path.exists(done_path) else {}
+    done = read_json_file(done_path, dict) or {}
     report = {"sources": [], "matched_tasks": 0, "records": 0}
     matched: set[str] = set()
     for src in sources:
@@ -53,7 +55,4 @@ def warm_start(session, sources: list[str]) -> dict:
 
 
 def _states(path: str) -> dict:
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return json.load(f).get("tasks", {})
+    return {key: asdict(st) for key, st in read_session_state(path).items()}

@@ -2,7 +2,7 @@
 
 - ``xgb``: MetaSchedule's XGBoost model, with ``num_warmup_samples=0`` so it learns from the very first
   measured batch (the default, 100 samples across all tasks, means predicting at random for the whole of
-  a small budget).
+  a small budget); saved by :mod:`dynatune.search.xgb_model` in a file that cannot run code.
 - ``random``: random predictions (for ablations).
 - ``ensemble``: AdaTune's uncertainty-aware model (:mod:`dynatune.search.surrogate`).
 """
@@ -21,7 +21,9 @@ def make_cost_model(kind: str, seed: int = 0, contextual_exploration: bool = Fal
     from tvm.s_tir import meta_schedule as ms
 
     if kind == "xgb":
-        return ms.cost_model.XGBModel(num_warmup_samples=0, adaptive_training=True, verbose_eval=10**9)
+        from dynatune.search.xgb_model import xgb_model
+
+        return xgb_model(num_warmup_samples=0, adaptive_training=True, verbose_eval=10**9)
     if kind == "random":
         return ms.cost_model.RandomModel(seed=seed)
     if kind == "ensemble":
@@ -29,3 +31,10 @@ def make_cost_model(kind: str, seed: int = 0, contextual_exploration: bool = Fal
 
         return EnsembleModel(seed=seed, contextual_exploration=contextual_exploration)
     raise ValueError(f"unknown cost model {kind!r}")
+
+
+def load_cost_model(model, path: str) -> None:
+    """``model.load(path)`` called in Python, not through TVM's FFI (which turns every error into a
+    RuntimeError): a file in another format raises
+    :class:`~dynatune.search.model_file.RefusedModelFile`, and nothing in it is unpickled."""
+    getattr(model, "_inst", model).load(path)

@@ -6,8 +6,10 @@ Two append-only JSON-lines files in the work directory:
 - ``records.jsonl``: one line per measured candidate (task key, trace, run seconds, target, args).
 
 Each line is written with a single ``write`` on an ``O_APPEND`` file, flushed and fsync'ed before the
-call returns, so a record that ``commit`` returned for survives ``kill -9``. A line cut short by a kill
-is dropped (and trimmed) when the file is next opened, so it can never merge with the next line.
+call returns, so a record that ``commit`` returned for survives ``kill -9``. A last line cut short by a
+kill is dropped with a warning (and trimmed) when the file is next opened, so it can never merge with the
+next line; any other damaged line stops the load, naming the file and the line
+(:mod:`dynatune.search.state_files`).
 Loading replays everything into a ``MemoryDatabase``, which is what the search and the compiler query.
 """
 
@@ -18,6 +20,9 @@ import math
 import os
 
 from dynatune.errors import DynatuneError
+from dynatune.search.state_files import DamagedFile, needs, read_jsonl, scan_jsonl, warn_torn
+
+__all__ = ["FAILED", "JsonlWriter", "TuningDatabase", "mean_secs", "read_jsonl", "record_json"]
 
 FAILED = 1e10  # run seconds recorded for a candidate that failed to build or run (as MetaSchedule does)
 
@@ -49,20 +54,14 @@ def _trim_partial_line(path: str) -> None:
         f.truncate(0)
 
 
-def read_jsonl(path: str) -> list[dict]:
-    """All complete, parseable lines of a JSON-lines file (missing file: empty list)."""
-    out = []
-    if not os.path.exists(path):
-        return out
-    with open(path, "rb") as f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                break
-            try:
-                out.append(json.loads(raw))
-            except ValueError:
-                continue
-    return out
+def check_workload_line(obj: dict) -> str | None:
+    """Why a ``workloads.jsonl`` line is not one (None: it is)."""
+    return needs(obj, key=str, workload=list)
+
+
+def check_record_line(obj: dict) -> str | None:
+    """Why a ``records.jsonl`` line is not one (None: it is)."""
+    return needs(obj, key=str, record=list)
 
 
 class JsonlWriter:
@@ -97,7 +96,9 @@ class JsonlWriter:
 class TuningDatabase:
     """Durable store of tuning records, keyed by task key; wraps a ``MemoryDatabase``."""
 
-    def __init__(self, directory: str, read_only: bool = False):
+    def __init__(self, directory: str, read_only: bool = False, skip_damaged: bool = False):
+        """``skip_damaged`` (read-only, for ``dynatune repair``): damaged lines are skipped and listed in
+        :attr:`damaged` (path -> ``[(line, why)]``) instead of stopping the load."""
         from tvm.s_tir import meta_schedule as ms
 
         self.directory = directory
@@ -107,7 +108,8 @@ class TuningDatabase:
         self._workloads: dict[str, object] = {}  # key -> ms Workload
         self._best: dict[str, float] = {}
         self._counts: dict[str, int] = {}
-        self._load()
+        self.damaged: dict[str, list[tuple[int, str]]] = {}
+        self._load(skip_damaged)
         self.read_only = read_only
         if not read_only:
             try:
@@ -120,22 +122,45 @@ class TuningDatabase:
                 ) from None
 
     # -- loading ---------------------------------------------------------------------------------
-    def _load(self) -> None:
+    def _load(self, skip_damaged: bool) -> None:
+        """Both logs into memory. A damaged line (not JSON, not a line of its log, or one TVM cannot read)
+        stops the load naming its file and number, or with ``skip_damaged`` is listed in :attr:`damaged`."""
+        for path, check, load in (
+            (self.workloads_path, check_workload_line, self._load_workload),
+            (self.records_path, check_record_line, self._load_record),
+        ):
+            scan = scan_jsonl(path, check)
+            if scan.torn is not None:
+                warn_torn(scan)
+            if not skip_damaged:
+                scan.raise_if_damaged()
+            damaged = list(scan.damaged)
+            for no, line in scan.lines:
+                try:
+                    load(line)
+                except Exception as exc:  # e.g. a TVMError on a trace that is valid JSON
+                    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
+                    if not skip_damaged:
+                        raise DamagedFile(path, reason, no) from None
+                    damaged.append((no, reason))
+            self.damaged[path] = sorted(damaged)
+
+    def _load_workload(self, line: dict) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        for line in read_jsonl(self.workloads_path):
-            key = line["key"]
-            if key in self._workloads:
-                continue
+        if line["key"] not in self._workloads:
             wl = ms.database.Workload.from_json(line["workload"])
-            self._workloads[key] = self.memory.commit_workload(wl.mod)
-        for line in read_jsonl(self.records_path):
-            wl = self._workloads.get(line["key"])
-            if wl is None:
-                continue
-            rec = ms.database.TuningRecord.from_json(line["record"], wl)
-            self.memory.commit_tuning_record(rec)
-            self._note(line["key"], line["record"])
+            self._workloads[line["key"]] = self.memory.commit_workload(wl.mod)
+
+    def _load_record(self, line: dict) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        wl = self._workloads.get(line["key"])
+        if wl is None:
+            raise ValueError(f"task {line['key']} has no workload in {self.workloads_path}")
+        rec = ms.database.TuningRecord.from_json(line["record"], wl)
+        self.memory.commit_tuning_record(rec)
+        self._note(line["key"], line["record"])
 
     def _note(self, key: str, record_json) -> None:
         self._counts[key] = self._counts.get(key, 0) + 1
@@ -188,7 +213,7 @@ class TuningDatabase:
         from tvm.s_tir import meta_schedule as ms
 
         n = 0
-        for line in read_jsonl(other.records_path):
+        for line in read_jsonl(other.records_path, check_record_line):
             key = line["key"]
             if keys is not None and key not in keys:
                 continue

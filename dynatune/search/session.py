@@ -15,7 +15,7 @@ and runner worker pools (kept alive, see :mod:`dynatune.search.builder`), and th
 
 from __future__ import annotations
 
-import json
+import logging
 import math
 import os
 import time
@@ -33,6 +33,13 @@ from dynatune.search.index_args import bounds_by_args, index_bounds
 from dynatune.search.measure import MeasureConfig, make_runner
 from dynatune.search.retirement import RetirementPolicy
 from dynatune.search.section import MAX_SEED, OneOf, Section
+from dynatune.search.state_files import needs, read_json_file
+
+log = logging.getLogger(__name__)
+RELEARN_RECORDS = 512  # per task: the best records a cost model started afresh learns (feature extraction)
+
+
+ANALYTIC_HEAD = 2  # analytic candidates at the head of a task's first batch (its best register blocks)
 
 
 class SearchConfig(Section):
@@ -52,6 +59,9 @@ class SearchConfig(Section):
     contextual_exploration: bool = False  # ensemble only: rank by mean + kappa*std, kappa from sigma/best
     seed: int = Field(0, ge=0, le=MAX_SEED)
     build_timeout_s: float = Field(15.0, gt=0)  # a legit build takes < 1 s; a pathological one minutes
+    # a task's first batch starts with register-blocked kernels derived from the target
+    # (dynatune.search.analytic): conv2d, dense, matmul and batch matmul on CPU targets
+    analytic_first: bool = True
 
 
 @dataclass
@@ -92,6 +102,43 @@ class TaskState:
     exhausted: bool = False
     note: str = ""
     fail_streak: int = 0  # candidates in a row that failed to build or run (across slots and processes)
+
+
+_NUMBER = (int, float)
+_TASK_STATE_TYPES = {
+    "seconds": _NUMBER,
+    "trials": int,
+    "errors": int,
+    "default_s": (*_NUMBER, type(None)),
+    "history": list,
+    "exhausted": bool,
+    "note": str,
+    "fail_streak": int,
+}
+
+
+def read_session_state(path: str) -> dict[str, TaskState]:
+    """``session.json``'s task states by task key ({} when there is none yet); raises
+    :class:`~dynatune.search.state_files.DamagedFile` naming the file when it is not one."""
+    doc = read_json_file(path, dict, _session_problem)
+    return {key: TaskState(**st) for key, st in (doc or {}).get("tasks", {}).items()}
+
+
+def _session_problem(doc: dict) -> str | None:
+    tasks = doc.get("tasks", {})
+    if not isinstance(tasks, dict):
+        return "'tasks' is not an object"
+    for key, st in tasks.items():
+        if not isinstance(st, dict):
+            return f"task {key} is not an object"
+        if unknown := set(st) - set(_TASK_STATE_TYPES):
+            return f"task {key} has unknown fields {sorted(unknown)}"
+        types = {k: v for k, v in _TASK_STATE_TYPES.items() if k in st}
+        if problem := needs(st, **types):
+            return f"task {key}: {problem}"
+        if any(not isinstance(h, list) or len(h) != 3 for h in st.get("history", [])):
+            return f"task {key}: its history is not [seconds, trials, best] rows"
+    return None
 
 
 class TuningSession:
@@ -143,6 +190,7 @@ class TuningSession:
             artifact_dir=wd.build_dir(os.getpid()),
         )
         self.runner = runner or make_runner(self.measure, target)
+        self._relearn: set[str] = set()  # keys of the tasks whose records a fresh cost model has to learn
         self.cost_model = cost_model or self._make_cost_model()
         self._contexts: dict[int, object] = {}
         # task index -> candidates measured at the head of its next batch, before the search's own: a function
@@ -150,16 +198,13 @@ class TuningSession:
         # transfer)
         self.first_candidates: dict[int, object] = {}
         self._index_bounds: dict[str, dict[int, int]] = {}  # task key -> {param position: high}
+        self.analytic_counts: dict[str, int] = {}  # task key -> analytic candidates in its first batch
 
     # -- persistence -----------------------------------------------------------------------------
     def _load_state(self) -> None:
-        if not os.path.exists(self.state_path):
-            return
-        with open(self.state_path) as f:
-            raw = json.load(f)
-        for key, st in raw.get("tasks", {}).items():
+        for key, st in read_session_state(self.state_path).items():
             if key in self.states:
-                self.states[key] = TaskState(**st)
+                self.states[key] = st
 
     def save_state(self) -> None:
         atomic_write_json(self.state_path, {"tasks": {k: asdict(v) for k, v in self.states.items()}})
@@ -172,16 +217,30 @@ class TuningSession:
         return getattr(self.cost_model, "data_size", 0) > 0
 
     def _make_cost_model(self):
-        from dynatune.search.costmodel import make_cost_model
+        from dynatune.search.costmodel import load_cost_model, make_cost_model
 
         kind, seed, ce = self.search.cost_model, self.search.seed, self.search.contextual_exploration
         cm = make_cost_model(kind, seed, contextual_exploration=ce)
         if os.path.exists(self.cost_model_path) and hasattr(cm, "load"):
             try:
-                cm.load(self.cost_model_path)
-            except Exception:  # a stale or foreign file: retrain from scratch
+                load_cost_model(cm, self.cost_model_path)
+            except Exception as exc:  # a pickle, an older format, a damaged file: never run, never kept
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                log.warning("%s; the cost model starts afresh and relearns the tuning records", reason)
                 cm = make_cost_model(kind, seed, contextual_exploration=ce)
+                self._relearn = {t.key for t in self.tasks}
         return cm
+
+    def _relearn_records(self, ctx, task: Task) -> None:
+        """Teach a cost model started afresh a task's best recorded candidates (the records are JSON: an
+        old work dir's cost model is rebuilt from them)."""
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+        self._relearn.discard(task.key)
+        records = self.db.memory.get_top_k(self.db.workload(task.key, task.mod), RELEARN_RECORDS)
+        if records:
+            cands = [r.as_measure_candidate() for r in records]
+            self.cost_model.update(ctx, cands, [RunnerResult(r.run_secs, None) for r in records])
 
     # -- warm start ------------------------------------------------------------------------------
     def import_records(self, other: TuningDatabase, keys) -> int:
@@ -286,15 +345,41 @@ class TuningSession:
             num_threads=max(1, self.builder.max_workers),
         )
         self.db.workload(t.key, t.mod)
+        spaces = ctx.generate_design_space()
         ctx.pre_tuning(
             max_trials=s.max_trials_per_task,
             num_trials_per_iter=s.trials_per_iter,
-            design_spaces=ctx.generate_design_space(),
+            design_spaces=spaces,
             database=self.db.memory,
             cost_model=self.cost_model,
         )
+        if t.key in self._relearn:
+            self._relearn_records(ctx, t)
         self._contexts[i] = ctx
+        if s.analytic_first and self.state(i).trials == 0:
+            self._queue_analytic(i, spaces)
         return ctx
+
+    def _queue_analytic(self, i: int, spaces) -> None:
+        """Put the task's analytic candidates (:mod:`dynatune.search.analytic`) at the head of its first
+        batch, before any other head (the library's transfer)."""
+        from dynatune.machine.target import usable_cores
+        from dynatune.machine.vector import vector_unit
+        from dynatune.search.analytic import analytic_candidates
+
+        unit = vector_unit(self.target)
+        if unit is None:
+            return
+        task, cores = self.tasks[i], int(self.target.attrs.get("num-cores", 0)) or usable_cores()
+        then = self.first_candidates.get(i)
+
+        def head(ctx, size: int) -> list:
+            postprocs = ctx.space_generator.postprocs
+            found = analytic_candidates(task.mod, spaces, postprocs, unit, cores, limit=ANALYTIC_HEAD)
+            self.analytic_counts[task.key] = len(found)
+            return found + (list(then(ctx, size)) if then is not None else [])
+
+        self.first_candidates[i] = head
 
     def warm_up(self) -> None:
         """Pay the one-off costs now: worker pools, and TVM's tensor-intrinsic registry."""

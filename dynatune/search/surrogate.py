@@ -33,12 +33,19 @@ MetaSchedule ``PyCostModel`` usable by ``EvolutionarySearch``.
 
 from __future__ import annotations
 
-import io
-import pickle
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from dynatune.search.model_file import (
+    booster_array,
+    booster_from_array,
+    load_model_file,
+    pack_groups,
+    save_model_file,
+    unpack_groups,
+)
 
 if TYPE_CHECKING:
     # built on first access by the module's __getattr__ (at the end of this file): it needs TVM
@@ -47,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["EnsembleModel", "_Ensemble", "pack_sum"]
 
 _TINY = 1e-9
-_FORMAT = "dynatune.surrogate.EnsembleModel/1"
+_KIND = "ensemble"  # the saved file's kind (dynatune.search.model_file)
 
 
 def pack_sum(xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -176,9 +183,10 @@ class _Ensemble:
         preds = self.predict_members(xs)
         return preds.mean(axis=0), preds.std(axis=0)
 
-    # -- serialisation (booster bytes, not pickled boosters, so the file outlives xgboost upgrades) -------
-    def state(self) -> dict:
-        return {
+    # -- serialisation (plain arrays and XGBoost's own booster format: nothing that can run code) ---------
+    def state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """``(header, arrays)`` for :func:`dynatune.search.model_file.save_model_file`."""
+        header = {
             "num_members": self.num_members,
             "seed": self.seed,
             "num_boost_round": self.num_boost_round,
@@ -186,28 +194,27 @@ class _Ensemble:
             "num_features": self.num_features,
             "fits": self.fits,
             "prior_scale": self.prior_scale,
-            "priors": list(self.priors),
-            "center": self.center,
-            "scale": self.scale,
-            "boosters": [bytes(b.save_raw("ubj")) for b in self.boosters],
+            "boosters": len(self.boosters),
+            "normalised": self.center is not None,
         }
+        arrays = {f"member{i}.booster": booster_array(b) for i, b in enumerate(self.boosters)}
+        arrays |= {f"member{i}.prior": np.asarray(w, dtype=np.float64) for i, w in enumerate(self.priors)}
+        if self.center is not None:
+            arrays["center"], arrays["scale"] = self.center, self.scale
+        return header, arrays
 
     @classmethod
-    def from_state(cls, st: dict) -> "_Ensemble":
-        import xgboost as xgb
-
+    def from_state(cls, st: dict, arrays: dict[str, np.ndarray]) -> "_Ensemble":
         ens = cls(num_members=st["num_members"], seed=st["seed"], num_boost_round=st["num_boost_round"])
         ens.params = dict(st["params"])
         ens.num_features = st["num_features"]
-        ens.fits = st["fits"]
+        ens.fits = int(st["fits"])
         ens.prior_scale = float(st["prior_scale"])
-        ens.priors = [np.asarray(w) for w in st["priors"]]
-        ens.center, ens.scale = st["center"], st["scale"]
-        ens.boosters = []
-        for raw in st["boosters"]:
-            b = xgb.Booster()
-            b.load_model(bytearray(raw))
-            ens.boosters.append(b)
+        n = int(st["boosters"])
+        ens.boosters = [booster_from_array(arrays[f"member{i}.booster"]) for i in range(n)]
+        ens.priors = [arrays[f"member{i}.prior"] for i in range(n)]
+        if st["normalised"]:
+            ens.center, ens.scale = arrays["center"], arrays["scale"]
         return ens
 
 
@@ -345,35 +352,34 @@ def _make_model_class():
             return mean.astype("float64"), std.astype("float64")
 
         def save(self, path: str) -> None:
-            state = {
-                "format": _FORMAT,
-                "data": [(g.group_hash, g.features, g.costs) for g in self.data.values()],
+            hashes, arrays = pack_groups((g.group_hash, g.features, g.costs) for g in self.data.values())
+            ensemble, ensemble_arrays = self.ensemble.state()
+            header = {
+                "groups": hashes,
                 "data_size": self.data_size,
                 "last_train_size": self.last_train_size,
                 "exploration": self.exploration,
-                "exploration_log": list(self.exploration_log),
-                "ensemble": self.ensemble.state(),
+                "exploration_log": [list(x) for x in self.exploration_log],
+                "ensemble": ensemble,
                 "rng": self._rng.bit_generator.state,
             }
-            buf = io.BytesIO()
-            pickle.dump(state, buf, protocol=pickle.HIGHEST_PROTOCOL)
-            with open(path, "wb") as f:
-                f.write(buf.getvalue())
+            arrays |= {f"ensemble.{k}": v for k, v in ensemble_arrays.items()}
+            save_model_file(path, _KIND, header, arrays)
 
         def load(self, path: str) -> None:
-            with open(path, "rb") as f:
-                state = pickle.load(f)
-            if not isinstance(state, dict) or state.get("format") != _FORMAT:
-                raise ValueError(f"{path}: not a saved EnsembleModel")
-            data = OrderedDict()
-            for h, feats, costs in state["data"]:
-                data[h] = _FeatureGroup(h, feats, costs)
-            ensemble = _Ensemble.from_state(state["ensemble"])
+            """Raises :class:`~dynatune.search.model_file.RefusedModelFile` for a file in another format (a
+            pickle is never unpickled)."""
+            state, arrays = load_model_file(path, _KIND)
+            groups = unpack_groups(state["groups"], arrays)
+            data = OrderedDict((h, _FeatureGroup(h, feats, costs)) for h, feats, costs in groups)
+            prefix = "ensemble."
+            ensemble_arrays = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+            ensemble = _Ensemble.from_state(state["ensemble"], ensemble_arrays)
             self.data = data
             self.data_size = int(state["data_size"])
             self.last_train_size = int(state["last_train_size"])
             self.exploration = float(state["exploration"])
-            self.exploration_log = [tuple(x) for x in state["exploration_log"]]
+            self.exploration_log = [(int(n), float(k)) for n, k in state["exploration_log"]]
             self.ensemble = ensemble
             self._rng.bit_generator.state = state["rng"]
 

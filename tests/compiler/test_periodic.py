@@ -19,3 +19,14 @@ def test_parity_is_the_first_measurement_below_onnxruntime_the_final_one_last():
     assert parity_s(points[:1]) is None
     assert parity_s(points[:1], 300, 0.95) == 300  # only the final measurement beat it
     assert parity_s(points[:1], 300, 1.2) is None and parity_s([], 300, None) is None
+
+
+def test_no_parity_from_a_point_taken_under_load():
+    """Load slows ONNX Runtime far more than TVM: a point that stayed busy never claims parity."""
+    points = [
+        {"elapsed_s": 60, "ratio": 0.97, "under_load": True, "load_cores": 1.0},
+        {"elapsed_s": 120, "ratio": 0.9, "under_load": False},
+    ]
+    assert parity_s(points) == 120
+    assert parity_s(points[:1]) is None
+    assert parity_s(points[:1], 300, 0.95) == 300  # a quiet final measurement still counts

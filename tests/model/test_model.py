@@ -38,7 +38,8 @@ def test_dynamic_dim_without_shape_names_input_and_dim(tiny_onnx):
     with pytest.raises(DynatuneError) as err:
         load_model(tiny_onnx)
     assert "'x'" in str(err.value) and "dim 0" in str(err.value) and "'N'" in str(err.value)
-    assert "--shape x=" in str(err.value)
+    hint = str(err.value).split("--shape ")[1].split(",")[0]  # the hint is a shape that works
+    assert hint == "x=1x3x16x16" and load_model(tiny_onnx, dict([parse_shape(hint)])).inputs[0].shape[0] == 1
 
 
 def test_shape_for_missing_input(tiny_onnx):
@@ -49,6 +50,14 @@ def test_shape_for_missing_input(tiny_onnx):
 def test_shape_with_wrong_rank(tiny_onnx):
     with pytest.raises(DynatuneError, match="2 dims"):
         load_model(tiny_onnx, {"x": (1, 3)})
+
+
+def test_shape_that_contradicts_a_static_dim(tmp_path):
+    """Only the batch dim (dim 0) of a static shape may be changed: another contradicts the model."""
+    static = make_tiny_onnx(str(tmp_path / "static.onnx"), batch=1)  # x: 1x3x16x16
+    with pytest.raises(DynatuneError, match=r"dim 1 as 4, but the model fixes it at 3.*--shape x=2x3x16x16"):
+        load_model(static, {"x": (2, 4, 16, 16)})
+    assert load_model(static, {"x": (2, 3, 16, 16)}).inputs[0].shape == (2, 3, 16, 16)
 
 
 def test_shape_override_reaches_the_reference():

@@ -538,7 +538,7 @@ def test_retune_config_is_a_new_dated_run_warm_started_from_the_newest(tmp_path)
     assert r1.warm_start == [str(tmp_path / "older")]
     assert r1.tracking.uri == cfg.tracking.uri and r1.tracking.experiment == cfg.tracking.experiment
     assert r1.tracking.tags == {"team": "a", "trigger": "retune", "retune_of": str(base)}
-    assert r1.tracking.run_name == "retune-20260102T020000Z"
+    assert r1.tracking.run_name is None  # the tracker names it: model, date and time, scheduler, "retune"
     assert r1.config_hash() == cfg.config_hash()  # same model, target, search: the same tuning problem
 
     def records(d):

@@ -491,7 +491,7 @@ BAD_INPUTS = {
     ),
     "dynamic_dims_no_shape": (
         lambda h, m: ["--model", m["dynamic"]],
-        r"input 'x' has dynamic dim 0 \('N'\) and no shape was given.*--shape x=Nx3x16x16",
+        r"input 'x' has dynamic dim 0 \('N'\) and no shape was given.*--shape x=1x3x16x16, any positive size",
     ),
     "shape_for_missing_input": (
         lambda h, m: ["--shape", "image=1x3x16x16"],

@@ -1,0 +1,80 @@
+"""The load probe sees other work on this process's cores, and a final timing against ONNX Runtime taken
+while a busy process holds one core is retried, then flagged as taken under load, with the load figure."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dynatune.machine.load import Load, QuietPolicy, probe
+
+BUSY_LOOP = textwrap.dedent(
+    """
+    import os, sys, time
+    os.sched_setaffinity(0, {int(sys.argv[1])})
+    end = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < end:
+        pass
+    """
+)
+
+
+def busy_core(seconds: float) -> subprocess.Popen:
+    """A plain Python busy loop, pinned to the last core this process may use, for ``seconds``."""
+    core = max(os.sched_getaffinity(0))
+    return subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(core), str(seconds)])
+
+
+def test_the_probe_counts_a_busy_process_on_our_cores():
+    p = busy_core(3.0)
+    try:
+        load = probe(1.0)
+    finally:
+        p.kill()
+        p.wait()
+    assert load.cores == len(os.sched_getaffinity(0))
+    assert load.other_cores >= 0.7  # the busy loop's core (whatever else runs on the machine comes on top)
+    assert QuietPolicy().busy(load, threads=load.cores)
+    assert "cores busy besides the timing" in load.describe()
+    assert Load.from_dict(load.as_dict()) == load
+
+
+def test_busy_means_the_timing_lacks_cores():
+    policy = QuietPolicy(tolerance_cores=0.25)
+    two = dict(steal_cores=0.0, cores=2, seconds=1.0)
+    assert not policy.busy(Load(other_cores=0.1, **two), threads=2)
+    assert policy.busy(Load(other_cores=1.0, **two), threads=2)
+    assert policy.busy(Load(other_cores=0.1, steal_cores=0.3, cores=2, seconds=1.0), threads=2)  # stolen
+    many = dict(steal_cores=0.0, cores=16, seconds=1.0)
+    assert not policy.busy(Load(other_cores=6.0, **many), threads=4)  # others use cores it does not need
+    assert policy.busy(Load(other_cores=12.5, **many), threads=4)
+    assert not policy.busy(None, threads=2)
+
+
+@pytest.mark.slow  # compiles a small model, times it twice in fresh processes (~15 s)
+def test_a_final_timing_on_a_busy_core_is_retried_then_flagged(tmp_path, tiny_onnx, cpu_target):
+    from dynatune.compiler.compile import compile_and_verify
+    from dynatune.model.importer import load_model
+
+    model = load_model(tiny_onnx, {"x": (1, 3, 16, 16)})
+    quiet = QuietPolicy(probe_s=0.3, wait_s=0.2, attempts=2)
+    busy = busy_core(120.0)
+    try:
+        report = compile_and_verify(
+            model,
+            cpu_target,
+            None,
+            str(tmp_path / "model.so"),
+            threads=len(os.sched_getaffinity(0)),
+            measure_untuned=False,
+            repeat=3,
+            quiet=quiet,
+        )
+    finally:
+        busy.kill()
+        busy.wait()
+    assert report.numerics_ok and report.ratio_vs_onnxruntime > 0
+    assert report.timing_under_load and report.timing_attempts == 2
+    assert report.timing_load_cores >= 0.7
