@@ -52,31 +52,21 @@ def _refitting(sch):
 def transferred_candidates(mod, sources, postprocs, limit: int, seed: int = 1) -> list:
     """Up to ``limit`` distinct MeasureCandidates for ``mod`` (an IRModule with ``main``) re-applied from
     ``sources`` (``[(workload json, record json), ...]``, best first)."""
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
-    from tvm_ffi import structural_hash
+    from dynatune.search.replay import distinct_candidates, replay
 
-    out, seen = [], set()
-    for k, (wl_json, rec_json) in enumerate(sources):
-        if len(out) >= limit:
-            break
-        try:
-            trace = TuningRecord.from_json(rec_json, Workload.from_json(wl_json)).trace
-            sch = Schedule(mod, seed=seed + k, debug_mask="none")
-            trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=_refitting(sch))
-            sch.enter_postproc()
-            if not all(p.apply(sch) for p in postprocs):
-                continue
-        except (
-            Exception
-        ):  # does not fit this workload (another loop nest, a block it lacks): not transferable
-            continue
-        h = structural_hash(sch.mod)
-        if h not in seen:
-            seen.add(h)
-            # the arguments as the scheduled function takes them: RewriteLayout (weight pre-packing) changes
-            # the weights' shapes, as MetaSchedule's own search strategies take them
-            out.append(MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
-    return out
+    def schedules():
+        for k, (wl_json, rec_json) in enumerate(sources):
+            trace = _trace(wl_json, rec_json)
+            if trace is not None:
+                yield replay(mod, trace, postprocs, _refitting, seed=seed + k)
+
+    return distinct_candidates(schedules(), limit)
+
+
+def _trace(wl_json, rec_json):
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    try:
+        return TuningRecord.from_json(rec_json, Workload.from_json(wl_json)).trace
+    except Exception:  # a record of another TVM version: not transferable
+        return None

@@ -1,0 +1,225 @@
+"""Analytic first candidates: a register-blocked kernel derived from the target, not searched for.
+
+MLAS and oneDNN get near the peak with a micro-kernel whose shape follows from the vector unit: the
+accumulators fill the vector registers, each reduction step loads a few weight vectors and broadcasts one
+input per row, and the threads split the output tiles. MetaSchedule's multi-level tiling (``SSRSRS`` on
+CPU) can express exactly that kernel, but the evolutionary search finds it only after thousands of trials.
+So for every task whose design space tiles a block (convolutions of any kind, dense, matmul, batch
+matmul), this module *chooses* the design space's decisions:
+
+- the innermost spatial tile (``S3``) is the register block: the output's innermost axis (channels in NHWC,
+  columns in a matmul) as whole vectors, times rows taken from the next axes (width, then height), so that
+  ``rows x vectors`` accumulators fill the registers the target has
+  (:attr:`~dynatune.machine.vector.VectorUnit.accumulators`), with enough independent FMAs to hide their
+  latency;
+- the inner reduction tile (``R1``) is 1: each step is one broadcast per row and one load per weight
+  vector (AVX-512 folds the broadcast into the FMA), and the whole reduction runs on the accumulators;
+- the outer spatial tiles (``S0``) give the threads balanced jobs, ``S1`` walks the tiles of a job, and
+  the epilogue (bias, activation, residual add) is computed per register block;
+- loops up to 64 steps are unrolled; a padding stage is computed once, at the root.
+
+The weights are pre-packed in the order the kernel reads them by MetaSchedule's ``RewriteLayout``, as for
+any other candidate. The candidate is a trace of the task's own design space
+(:mod:`dynatune.search.replay`): it is measured in the task's first batch, recorded like any other, and
+the evolutionary search mutates from it. A shape the plan does not fit (no tiled block, a design space
+of another structure) gets no analytic candidate, and the search goes on as before.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# MetaSchedule's CPU rules vectorize the innermost loops up to this many lanes (ParallelVectorizeUnroll):
+# a register block whose rows x columns is at most this would be fused into one long vector
+MAX_VECTORIZE = 64
+UNROLL_STEPS = 64  # the unroll decision: the register block and its epilogue unrolled, not the reduction
+LATENCY_ACCUMULATORS = 8  # independent FMAs in flight to hide an FMA's latency (4 cycles x 2 pipes)
+JOBS_PER_CORE = 8  # parallel jobs per core for balanced threads
+
+
+@dataclass(frozen=True)
+class RegisterBlock:
+    columns: int  # the vector axis' tile (S3 of the innermost spatial loop)
+    rows: tuple[int, ...]  # the tiles of the other spatial loops, outermost first
+    score: float
+
+    @property
+    def row_count(self) -> int:
+        return math.prod(self.rows)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """The decisions of one tiled block: a 4-level split per spatial loop, 2-level per reduction loop."""
+
+    spatial: tuple[tuple[int, int, int, int], ...]
+    reduction: tuple[tuple[int, int], ...]
+    block: RegisterBlock
+
+    def describe(self) -> str:
+        rows = "x".join(str(r) for r in self.block.rows if r > 1) or "1"
+        return f"{rows} rows x {self.block.columns} columns, jobs {math.prod(s[0] for s in self.spatial)}"
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def register_blocks(spatial: list[int], unit) -> list[RegisterBlock]:
+    """Every register block that fits ``unit``'s registers, best first.
+
+    A block's score is the share of its vector lanes that compute (a column count that is not a multiple
+    of the lanes wastes some) times how well it hides the FMA latency (at least
+    :data:`LATENCY_ACCUMULATORS` accumulators) times how few loads feed each FMA.
+    """
+    columns_extent, row_extents = spatial[-1], spatial[:-1]
+    inner = [len(row_extents) - 1 - k for k in range(min(2, len(row_extents)))]  # the two innermost rows
+    out = []
+    for columns in (d for d in divisors(columns_extent) if d <= MAX_VECTORIZE and _whole_vectors(d, unit)):
+        vectors = -(-columns // unit.lanes)
+        max_rows = unit.accumulators // vectors
+        if max_rows < 1:
+            continue
+        for rows in _row_tiles(row_extents, inner, max_rows):
+            n_rows = math.prod(rows)
+            innermost = next((r for r in reversed(rows) if r > 1), 1)
+            if n_rows > 1 and innermost * columns <= MAX_VECTORIZE:
+                continue  # rows and columns would be vectorized as one vector: no broadcasts
+            accumulators = n_rows * vectors
+            lanes_used = columns / (vectors * unit.lanes)
+            latency = min(1.0, accumulators / LATENCY_ACCUMULATORS)
+            loads = min(1.0, accumulators / (vectors + n_rows))
+            out.append(RegisterBlock(columns, rows, lanes_used * latency * loads))
+    # best first; of equal ones, rows from the innermost loop (contiguous inputs); one block per shape
+    out.sort(
+        key=lambda b: (-round(b.score, 6), -b.row_count * b.columns, -b.columns, [-r for r in b.rows[::-1]])
+    )
+    best: dict[tuple[int, int], RegisterBlock] = {}
+    for b in out:
+        best.setdefault((b.columns, b.row_count), b)
+    return list(best.values())
+
+
+def _whole_vectors(columns: int, unit) -> bool:
+    """Whole vectors, or a power-of-two part of one (a narrower register): LLVM splits any other width
+    into pieces and shuffles."""
+    return columns % unit.lanes == 0 or (unit.lanes % columns == 0 and columns & (columns - 1) == 0)
+
+
+def _row_tiles(extents: list[int], inner: list[int], max_rows: int):
+    """Row tiles: divisors of the (up to two) innermost row loops whose product is at most ``max_rows``."""
+    if not inner:
+        yield ()
+        return
+    last = inner[0]
+    second = inner[1] if len(inner) > 1 else None
+    for a in (d for d in divisors(extents[last]) if d <= max_rows):
+        for b in (d for d in divisors(extents[second]) if d * a <= max_rows) if second is not None else [1]:
+            rows = [1] * len(extents)
+            rows[last] = a
+            if second is not None:
+                rows[second] = b
+            yield tuple(rows)
+
+
+def plan_tiles(spatial: list[int], reduction: list[int], unit, cores: int, rank: int = 0) -> TilePlan | None:
+    """The decisions for a block with these loop extents (spatial loops in the block's order, the output's
+    innermost axis last): the ``rank``-th best register block (0 the best), or ``None`` without one."""
+    if not spatial or not reduction:
+        return None
+    blocks = register_blocks(spatial, unit)
+    if rank >= len(blocks):
+        return None
+    block = blocks[rank]
+    inner = list(block.rows) + [block.columns]
+    jobs, parallel, tiles = JOBS_PER_CORE * cores, 1, []
+    for extent, s3 in zip(spatial, inner):
+        rest = extent // s3
+        want = max(1, -(-jobs // parallel))
+        s0 = min([d for d in divisors(rest) if d >= want] or [rest])
+        parallel *= s0
+        tiles.append((s0, rest // s0, 1, s3))
+    return TilePlan(tuple(tiles), tuple((e, 1) for e in reduction), block)
+
+
+def planned_decisions(plan: TilePlan):
+    """A decision provider (per schedule) that gives the plan's tiles, in the order the design space
+    samples them (spatial loops 4-way, reduction loops 2-way), the unroll of :data:`UNROLL_STEPS`, and
+    every compute location at the root."""
+    def provider_for(sch):
+        spatial, reduction = iter(plan.spatial), iter(plan.reduction)
+
+        def provide(inst, inputs, attrs, decision):
+            name = inst.kind.name
+            if name == "SamplePerfectTile":
+                return list(next(spatial) if int(attrs[0]) == 4 else next(reduction))
+            if name == "SampleCategorical":  # the unroll's steps
+                values = [int(v) for v in attrs[0]]
+                return values.index(UNROLL_STEPS) if UNROLL_STEPS in values else decision
+            if name == "SampleComputeLocation":
+                return -1  # the root
+            return decision
+
+        return provide
+
+    return provider_for
+
+
+def tiled_loops(mod, space) -> tuple[list[int], list[int]] | None:
+    """The extents of the loops ``space`` tiles (spatial, reduction, in sampling order), or ``None`` when
+    it does not tile exactly one block with the CPU's ``SSRSRS`` structure."""
+    insts = list(space.trace.insts)
+    tiled = [
+        i for i in insts if i.kind.name == "Annotate" and "meta_schedule.tiling_structure" in str(i.attrs)
+    ]
+    if len(tiled) != 1 or "SSRSRS" not in str(space.trace):
+        return None
+    extents: dict[int, list[int]] = {4: [], 2: []}
+
+    def provider_for(sch):
+        def record(inst, inputs, attrs, decision):
+            if inst.kind.name == "SamplePerfectTile":
+                extents.setdefault(int(attrs[0]), []).append(int(sch.get(inputs[0]).extent))
+            return decision
+
+        return record
+
+    from dynatune.search.replay import replay
+
+    if replay(mod, space.trace, [], provider_for) is None or set(extents) != {4, 2}:
+        return None
+    return extents[4], extents[2]
+
+
+def _consumer_depth(space) -> int:
+    """How deep in the tiled loops the tiled block's consumer (its epilogue) is computed: -1 when it is
+    not; the deepest, next to the register block, is best."""
+    insts = list(space.trace.insts)
+    tiles = next((i for i in reversed(insts) if i.kind.name == "Reorder"), None)
+    at = next((i for i in insts if i.kind.name == "ReverseComputeAt"), None)
+    if tiles is None or at is None:
+        return -1
+    loop = at.inputs[1]
+    return next((k for k, rv in enumerate(tiles.inputs) if rv.same_as(loop)), -1)
+
+
+def analytic_candidates(mod, spaces, postprocs, unit, cores: int, limit: int = 2) -> list:
+    """Up to ``limit`` distinct analytic MeasureCandidates for task ``mod`` (its register blocks, best
+    first), from the design space in ``spaces`` that computes the epilogue nearest the register block;
+    ``[]`` when no space fits the plan."""
+    from dynatune.search.replay import distinct_candidates, replay
+
+    if unit is None or limit < 1:
+        return []
+    for space in sorted(spaces, key=_consumer_depth, reverse=True):
+        loops = tiled_loops(mod, space)
+        if loops is None:
+            continue
+        plans = [plan_tiles(*loops, unit, cores, rank) for rank in range(limit)]
+        found = distinct_candidates(
+            (replay(mod, space.trace, postprocs, planned_decisions(p)) for p in plans if p is not None), limit
+        )
+        if found:
+            return found
+    return []
