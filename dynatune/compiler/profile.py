@@ -54,6 +54,8 @@ class KernelRow:
     weight: int | None = None
     alone_ms: float | None = None  # one call of the task's best schedule, alone
     flops: float | None = None  # per call
+    onnxruntime_op_ms: float | None = None  # ONNX Runtime's kernel for the same operator, in its model
+    peak_flops: float | None = None  # this machine's peak (the roofline's), for "% of peak"
 
     @property
     def alone_total_ms(self) -> float | None:
@@ -64,6 +66,14 @@ class KernelRow:
         d["alone_total_ms"] = self.alone_total_ms
         d["gflops_in_model"] = _gflops(self.flops, self.in_model_ms / max(self.calls, 1))
         d["gflops_alone"] = _gflops(self.flops, self.alone_ms)
+        d["pct_of_peak_alone"] = (
+            100 * self.flops / (self.alone_ms * 1e-3) / self.peak_flops
+            if self.flops and self.alone_ms and self.peak_flops
+            else None
+        )
+        d["alone_vs_onnxruntime_op"] = (
+            self.alone_ms / self.onnxruntime_op_ms if self.alone_ms and self.onnxruntime_op_ms else None
+        )
         return d
 
 
@@ -154,11 +164,15 @@ def profile_model(
     task_block_ms: float = 20.0,
     seed: int = 0,
     quiet: QuietPolicy = QuietPolicy(),
+    peak_flops: float | None = None,
 ) -> dict:
     """The profile as a dict (see :func:`write_profile`). It waits for a quiet machine first (bounded by
-    ``quiet``); ``load_cores`` is the load on the cores while it ran, ``under_load`` when that was busy."""
+    ``quiet``); ``load_cores`` is the load on the cores while it ran, ``under_load`` when that was busy.
+    ONNX Runtime runs the model with its profiler in the same rounds: each task's kernel is compared with
+    ONNX Runtime's for the same operator (:mod:`dynatune.compiler.anchors`)."""
     import tvm
 
+    from dynatune.compiler.anchors import OnnxRuntimeProfile
     from dynatune.machine.target import target_device, usable_cores
 
     dev = tvm.device(target_device(session.target), 0)
@@ -166,6 +180,7 @@ def profile_model(
     plain, instrumented = make_vm(executable_or_path, dev), make_vm(executable_or_path, dev)
     model_block = vm_block_timer(plain, inputs, dev, block_ms)
     timers = TaskTimers(session.target, dev, task_block_ms).timers(session.tasks, session.compile_database())
+    onnxruntime = OnnxRuntimeProfile(model, usable_cores(), block_ms)
     model_ms, runs, alone = [], [], defaultdict(list)
     quiet_or_wait(usable_cores(), quiet)
     load = LoadProbe()
@@ -175,8 +190,10 @@ def profile_model(
         runs += new_runs
         for i, f in timers.items():
             alone[i].append(f())
+        onnxruntime.run_block()
     during = load.stop()
-    prof = summarize(model_ms, runs, kernels, {i: float(np.median(v)) for i, v in alone.items()}, session)
+    alone_ms = {i: float(np.median(v)) for i, v in alone.items()}
+    prof = summarize(model_ms, runs, kernels, alone_ms, session, onnxruntime.op_ms(session.tasks), peak_flops)
     return prof | {"load_cores": during.busy_cores, "under_load": quiet.busy(during, usable_cores())}
 
 
@@ -184,7 +201,13 @@ PREPACKED = "_prepacked"  # the suffix SplitLayoutRewritePreproc gives a kernel 
 
 
 def summarize(
-    model_ms: list[float], runs: list[dict], kernels: set[str], alone_ms: dict[int, float], session
+    model_ms: list[float],
+    runs: list[dict],
+    kernels: set[str],
+    alone_ms: dict[int, float],
+    session,
+    onnxruntime_op_ms: dict[int, float] | None = None,
+    peak_flops: float | None = None,
 ) -> dict:
     """Split the model time into kernels, calls no task stands for and time between calls; and its gap
     to the estimate (sum of weight x alone latency) into what causes it."""
@@ -205,6 +228,8 @@ def summarize(
                 t.weight if t else None,
                 alone_ms.get(t.index) if t else None,
                 t.flops if t else None,
+                (onnxruntime_op_ms or {}).get(t.index) if t else None,
+                peak_flops,
             )
         )
     rows.sort(key=lambda r: -r.in_model_ms)
@@ -254,6 +279,7 @@ def write_profile(
     task_block_ms: float = 20.0,
     top: int = 25,
     quiet: QuietPolicy = QuietPolicy(),
+    peak_flops: float | None = None,
 ) -> dict:
     """Profile the compiled model (an exported library's path, or the executable) and write
     ``profile.json`` and ``profile.md`` into ``out_dir``; returns the profile."""
@@ -265,6 +291,7 @@ def write_profile(
         block_ms=block_ms,
         task_block_ms=task_block_ms,
         quiet=quiet,
+        peak_flops=peak_flops,
     )
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "profile.json"), "w") as f:
@@ -305,8 +332,8 @@ def markdown(prof: dict, top: int = 25) -> str:
         "which leaves their arguments' conversion in: an upper bound.",
         "",
         "| kernel | task | calls | in model ms | share | alone ms x weight | in model / alone "
-        "| GFLOP/s in model |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| GFLOP/s in model | % of peak alone | ONNX Runtime op ms | alone / ONNX Runtime op |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [_kernel_line(k, model) for k in prof["kernels"][:top]]
     if len(prof["kernels"]) > top:
@@ -330,6 +357,9 @@ def _kernel_line(k: dict, model_ms: float) -> str:
         "-" if alone is None else f"{alone:.4f} ({k['weight']}x)",
         f"{k['in_model_ms'] / alone:.2f}" if alone else "-",
         "-" if k["gflops_in_model"] is None else f"{k['gflops_in_model']:.1f}",
+        "-" if k.get("pct_of_peak_alone") is None else f"{k['pct_of_peak_alone']:.0f}%",
+        "-" if k.get("onnxruntime_op_ms") is None else f"{k['onnxruntime_op_ms']:.4f}",
+        "-" if k.get("alone_vs_onnxruntime_op") is None else f"{k['alone_vs_onnxruntime_op']:.2f}",
     ]
     return "| " + " | ".join(cells) + " |"
 

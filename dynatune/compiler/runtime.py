@@ -45,9 +45,10 @@ def time_vm(vm, model, inputs, device, repeat: int = 10, min_repeat_ms: int = 20
     return float(vals.mean()), float(vals.std())
 
 
-def onnxruntime_session(model, threads: int):
+def onnxruntime_session(model, threads: int, options=None):
     """ONNX Runtime on the CPU with ``threads`` intra-op threads (the same count TVM gets); ``model``: a
-    :class:`~dynatune.model.importer.Model` or an ONNX proto.
+    :class:`~dynatune.model.importer.Model` or an ONNX proto; ``options``: session options to start from
+    (the profiler's, say).
 
     Otherwise ONNX Runtime runs as a user runs it in production: its defaults, which its documentation
     ("Thread management") gives as the settings "to get fast inference performance": sequential
@@ -58,7 +59,7 @@ def onnxruntime_session(model, threads: int):
     time on a quiet machine (:mod:`dynatune.machine.load`), not to time ONNX Runtime as nobody runs it."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
+    so = options or ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     proto = getattr(model, "onnx_model", model)

@@ -210,14 +210,17 @@ class TuningRun:
         """Per-kernel profile of the compiled model (``report/profile.json`` and ``.md``): each call timed in
         the model beside its task's best schedule timed alone, and where the gap to the estimate goes."""
         from dynatune.compiler.profile import write_profile
+        from dynatune.machine.roofline import machine_roofline
 
         self.on_stage("profile")
+        roofline = None if self.cfg.measure.rpc else machine_roofline(self.target)
         return write_profile(
             artifact,
             self.model,
             self.session,
             WorkDir(self.cfg.work_dir).report_dir,
             quiet=self.cfg.compile.quiet(),
+            peak_flops=roofline.peak_flops if roofline is not None else None,
         )
 
     def __exit__(self, *exc) -> None:

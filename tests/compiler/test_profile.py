@@ -74,10 +74,23 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_
     try:
         session.measure_defaults()
         prof = write_profile(
-            path, model, session, str(tmp_path / "report"), rounds=2, block_ms=30, task_block_ms=5
+            path,
+            model,
+            session,
+            str(tmp_path / "report"),
+            rounds=2,
+            block_ms=30,
+            task_block_ms=5,
+            peak_flops=100e9,
         )
     finally:
         session.close()
+    # each convolution and the classifier are timed beside ONNX Runtime's op for the same shapes
+    anchored = [k for k in prof["kernels"] if k.get("onnxruntime_op_ms")]
+    assert {k["name"] for k in anchored} == {t.name for t in tasks if "conv" in t.name or "matmul" in t.name}
+    for k in anchored:
+        assert k["alone_vs_onnxruntime_op"] == pytest.approx(k["alone_ms"] / k["onnxruntime_op_ms"])
+        assert 0 < k["pct_of_peak_alone"] < 100
     # every task is a kernel the model calls, or listed as never called (the reshape the VM does as a view)
     called = {k["task"] for k in prof["kernels"] if k["task"] is not None}
     never = {t["task"] for t in prof["tasks_not_called"]}
@@ -101,6 +114,7 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_
         assert json.load(f)["model_ms"] == m
     md = (tmp_path / "report" / "profile.md").read_text()
     assert all(k["name"] in md for k in prof["kernels"]) and "between calls" in md
+    assert "alone / ONNX Runtime op" in md and "% of peak alone" in md
 
 
 def test_profile_vm_from_executable_in_memory(tiny, cpu_target):

@@ -220,3 +220,9 @@ def test_the_first_batch_measures_the_analytic_candidates_first(analytic_first, 
         assert session.analytic_counts.get(tasks[0].key, 0) == counts
     finally:
         session.close()
+
+
+def test_the_schedule_library_keeps_the_isas_apart():
+    from dynatune.machine.target import machine_fingerprint
+
+    assert machine_fingerprint(x86_target("avx2")) != machine_fingerprint(x86_target("avx512"))

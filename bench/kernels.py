@@ -1,0 +1,193 @@
+"""Kernel for kernel: each heavy conv/matmul task of a model, timed side by side against ONNX Runtime's op.
+
+    python bench/kernels.py --model ../shared/models/squeezenet1_1.onnx [--work-dir RUN_WORK_DIR] \
+        [--tasks 8] [--rounds 7] [--json OUT]
+
+For each of the ``--tasks`` heaviest tasks (weight x FLOPs) that MetaSchedule tiles (convolutions, dense,
+matmul), one process builds and times, interleaved round by round (median of the rounds):
+
+- ``untuned``: the task as lowered, no schedule;
+- ``analytic``: the best of its analytic first candidates (:mod:`dynatune.search.analytic`);
+- ``best``: with ``--work-dir``, the best record that run's tuning database holds for the task;
+- ``ort``: ONNX Runtime's kernel for the same operator (:mod:`dynatune.compiler.anchors`): the whole model
+  run by ONNX Runtime with its profiler, in the same rounds, with the same threads; its kernel with the
+  same weight and output shapes, as it runs inside its model.
+
+TVM kernels are timed as tuning times them (weights pre-packed, layout rewrite outside the timing). Each
+row gives the task's FLOPs, GFLOP/s, % of this machine's peak (MLAS SGEMM, as the roofline measures it)
+and the ratio of each TVM kernel to ONNX Runtime's op. The analytic kernel's inner loop is summarised from
+its assembly: vector FMAs, loads, broadcasts and stack spills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+def tvm_timer(mod, target):
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from dynatune.search.builder import compile_scheduled
+
+    lib = compile_scheduled(mod, target)
+    dev = tvm.cpu()
+    rng = np.random.default_rng(0)
+    args = [
+        tvm.runtime.tensor(rng.standard_normal([int(d) for d in a.shape]).astype(a.dtype), dev)
+        for a in ArgInfo.from_entry_func(mod, remove_preproc=True)
+    ]
+    evaluator = lib.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=50)
+    evaluator(*args)
+
+    def once() -> float:
+        return float(evaluator(*args).mean)
+
+    return once, lib
+
+
+def inner_loop_summary(lib) -> dict:
+    """Counts over the kernel's assembly, and over its busiest basic block (the loop with the most FMAs)."""
+    asm = lib.inspect_source("asm")
+    blocks, current = [], []
+    for line in asm.splitlines():
+        if re.match(r"^\.?LBB|^\S+:", line):
+            blocks.append(current)
+            current = []
+        current.append(line)
+    blocks.append(current)
+    fma = re.compile(r"vfmadd\w*ps")
+    hot = max(blocks, key=lambda b: sum(bool(fma.search(x)) for x in b))
+
+    def count(lines, pattern):
+        return sum(bool(re.search(pattern, x)) for x in lines)
+
+    return {
+        "fma": count(hot, r"vfmadd\w*ps"),
+        "fma_with_broadcast": count(hot, r"vfmadd\w*ps.*\{1to"),
+        "loads": count(hot, r"vmov\w*ps\s+-?\d*\(%r"),
+        "broadcasts": count(hot, r"vbroadcastss"),
+        "spills": count(hot, r"\(%rsp\)"),
+        "vector_register": "zmm" if count(hot, "zmm") else "ymm" if count(hot, "ymm") else "xmm",
+    }
+
+
+def best_record_schedule(db, task, postprocs):
+    """The scheduled module of the best record ``db`` holds for ``task``, or ``None``."""
+    from dynatune.search.replay import replay
+
+    top = db.memory.get_top_k(db.workload(task.key, task.mod), 1)
+    sch = replay(task.mod, top[0].trace, postprocs) if top else None
+    return sch.mod if sch is not None else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", action="append", required=True)
+    ap.add_argument("--work-dir", help="a run's work dir: its best record per task is timed too")
+    ap.add_argument("--tasks", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args()
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from dynatune.compiler.anchors import OnnxRuntimeProfile
+    from dynatune.files import WorkDir
+    from dynatune.machine.roofline import mlas_peak
+    from dynatune.machine.target import make_target, usable_cores
+    from dynatune.machine.vector import vector_unit
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
+    from dynatune.search.analytic import analytic_candidates
+    from dynatune.search.database import TuningDatabase
+
+    target, threads = make_target(), usable_cores()
+    unit = vector_unit(target)
+    peak = mlas_peak(threads)
+    print(f"target {target}, {unit}, peak (MLAS SGEMM, {threads} threads) {peak / 1e9:.0f} GFLOP/s")
+    db = TuningDatabase(WorkDir(args.work_dir).db) if args.work_dir else None
+    rows = []
+    for path in args.model:
+        model = load_model(path)
+        tasks, picked = extract_tasks(model, target), []
+        for task in tasks:
+            if len(picked) >= args.tasks:
+                break
+            ctx = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply")
+            cands = analytic_candidates(
+                task.mod, ctx.generate_design_space(), ctx.space_generator.postprocs, unit, threads
+            )
+            if not cands:
+                continue
+            timers, libs = {"untuned": tvm_timer(task.mod, target)[0]}, {}
+            for k, c in enumerate(cands):
+                timers[f"analytic{k}"], libs[f"analytic{k}"] = tvm_timer(c.sch.mod, target)
+            best = best_record_schedule(db, task, ctx.space_generator.postprocs) if db is not None else None
+            if best is not None:
+                timers["best"] = tvm_timer(best, target)[0]
+            picked.append((task, timers, libs))
+        onnxruntime = OnnxRuntimeProfile(model, threads)
+        times = {task.index: defaultdict(list) for task, _, _ in picked}
+        for _ in range(args.rounds):  # every kernel once per round, and ONNX Runtime's model between
+            for task, timers, _ in picked:
+                for name, once in timers.items():
+                    times[task.index][name].append(once())
+            onnxruntime.run_block()
+        ort_ms = onnxruntime.op_ms([task for task, _, _ in picked])
+        for task, _, libs in picked:
+            med = {name: statistics.median(v) for name, v in times[task.index].items()}
+            if task.index in ort_ms:
+                med["ort"] = ort_ms[task.index] / 1e3
+            first = min((n for n in med if n.startswith("analytic")), key=med.get)
+            row = {
+                "model": os.path.basename(path),
+                "task": task.name,
+                "weight": task.weight,
+                "mflop": task.flops / 1e6,
+                "us": {n: round(v * 1e6, 1) for n, v in med.items()},
+                "gflops": {n: round(task.flops / v / 1e9, 1) for n, v in med.items()},
+                "pct_peak": {n: round(100 * task.flops / v / peak, 1) for n, v in med.items()},
+                "analytic": first,
+                "inner_loop": inner_loop_summary(libs[first]),
+            }
+            if "ort" in med:
+                row["vs_ort"] = {n: round(v / med["ort"], 2) for n, v in med.items() if n != "ort"}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"peak_gflops": peak / 1e9, "unit": unit.as_dict(), "rows": rows}, f, indent=1)
+
+
+def print_table(rows) -> None:
+    print(
+        "\n| model | task | w | MFLOP | untuned | analytic | best | ORT op | analytic % peak | analytic / ORT"
+        " | inner loop (FMA, bcast-in-FMA, loads, bcasts, spills) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        g, a = r["gflops"], r["analytic"]
+        il = r["inner_loop"]
+        print(
+            f"| {r['model']} | {r['task']} | {r['weight']} | {r['mflop']:.1f} | {g['untuned']} | {g[a]}"
+            f" | {g.get('best', '-')} | {g.get('ort', '-')} | {r['pct_peak'][a]} |"
+            f" {r.get('vs_ort', {}).get(a, '-')} | {il['fma']}, {il['fma_with_broadcast']}, {il['loads']},"
+            f" {il['broadcasts']}, {il['spills']} ({il['vector_register']}) |"
+        )
+    print("(GFLOP/s, medians of interleaved rounds; ratios > 1: slower than ONNX Runtime's op)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""An anchor per operator: ONNX Runtime's time for the same operator as a task, inside its own model.
+
+ONNX Runtime runs the whole model with its profiler on, in rounds interleaved with the timings it is
+compared to; each of its kernels (a Conv with its fused activation, a MatMul, a Gemm) is then matched to
+the task with the same weight and output shapes (:func:`shape_key`, which ignores the layout: OHWI or
+OIHW weights, NHWC or NCHW outputs, a transposed weight). ONNX Runtime pads channels to its NCHWc block
+(1000 output channels become 1008), so a dim may be up to one block larger on its side. Its kernels are
+timed where they run, inside the model: a one-node model would charge each operator with the layout
+conversions that the whole model does once, and flatter dynatune.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+
+import numpy as np
+
+ANCHORED_OPS = {"Conv", "FusedConv", "MatMul", "FusedMatMul", "Gemm"}
+CHANNEL_BLOCK = 16  # ONNX Runtime's NCHWc block on AVX-512 (8 on AVX2): its padding is smaller
+
+
+def shape_key(weight_shape, output_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The dims (unit dims left out, sorted) of a weight and of an output."""
+    return (
+        tuple(sorted(int(d) for d in weight_shape if int(d) != 1)),
+        tuple(sorted(int(d) for d in output_shape if int(d) != 1)),
+    )
+
+
+def task_shape_key(task):
+    """:func:`shape_key` of a task's first weight (a layout-free argument) and its output; ``None`` for a
+    task without a weight."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    func = task.mod["main"]
+    params = ArgInfo.from_prim_func(func)
+    free = [int(i) for i in (func.attrs.get("layout_free_buffers") or [])] if func.attrs else []
+    weights = [params[i] for i in free if len(params[i].shape) >= 2]
+    return shape_key(weights[0].shape, params[-1].shape) if weights else None
+
+
+def _padded_match(task_dims, ort_dims) -> int | None:
+    """How much larger ``ort_dims`` are (padding), or ``None`` when they are not the same dims padded."""
+    if len(task_dims) != len(ort_dims):
+        return None
+    gaps = [o - t for t, o in zip(task_dims, ort_dims)]
+    return sum(gaps) if all(0 <= g < CHANNEL_BLOCK for g in gaps) else None
+
+
+def match_tasks(tasks, kernels: dict) -> dict:
+    """``{task index: ONNX Runtime kernel name}``: for each task with a weight, the kernel with the same
+    shapes (exact, else the least padded)."""
+    out = {}
+    for t in tasks:
+        key = task_shape_key(t)
+        if key is None:
+            continue
+        scored = []
+        for name, (weight, output) in kernels.items():
+            ort = shape_key(weight, output)
+            w, o = _padded_match(key[0], ort[0]), _padded_match(key[1], ort[1])
+            if w is not None and o is not None:
+                scored.append((w + o, name))
+        if scored:
+            out[t.index] = min(scored)[1]
+    return out
+
+
+class OnnxRuntimeProfile:
+    """ONNX Runtime running ``model`` with its profiler: :meth:`run_block` runs it for a block of time (call
+    it in the rounds of a side-by-side timing), :meth:`op_ms` reads each task's kernel time."""
+
+    def __init__(self, model, threads: int, block_ms: float = 50.0):
+        import onnxruntime as ort
+
+        from dynatune.compiler.runtime import onnxruntime_session
+
+        self._dir = tempfile.mkdtemp(prefix="ort-profile-")
+        options = ort.SessionOptions()
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(self._dir, "ort")
+        self.session = onnxruntime_session(model, threads, options)
+        self.feed = model.random_inputs(0) if hasattr(model, "random_inputs") else random_feed(self.session)
+        self.block_s = block_ms / 1e3
+        self.session.run(None, self.feed)  # warm up (its events are dropped with the first run's)
+        self.runs = 0
+
+    def run_block(self) -> None:
+        start = time.perf_counter()
+        while time.perf_counter() - start < self.block_s:
+            self.session.run(None, self.feed)
+            self.runs += 1
+
+    def kernels(self) -> tuple[dict, dict]:
+        """``({kernel: (weight shape, output shape)}, {kernel: median ms per call})`` of the anchored ops
+        (the first, warm-up, run left out)."""
+        import shutil
+
+        path = self.session.end_profiling()
+        with open(path) as f:
+            events = json.load(f)
+        shutil.rmtree(self._dir, ignore_errors=True)
+        durations, shapes = defaultdict(list), {}
+        for e in events:
+            args = e.get("args", {})
+            if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+                continue
+            if args.get("op_name") not in ANCHORED_OPS or len(args.get("input_type_shape", [])) < 2:
+                continue
+            weight = next(iter(args["input_type_shape"][1].values()))
+            output = next(iter(args["output_type_shape"][0].values()))
+            shapes[e["name"]] = (weight, output)
+            durations[e["name"]].append(e["dur"] / 1e3)
+        return shapes, {k: statistics.median(v[1:] or v) for k, v in durations.items()}
+
+    def op_ms(self, tasks) -> dict[int, float]:
+        """``{task index: ms}``: ONNX Runtime's time, inside its model, for each task's operator."""
+        shapes, ms = self.kernels()
+        return {i: ms[name] for i, name in match_tasks(tasks, shapes).items()}
+
+
+def random_feed(session) -> dict:
+    """Random inputs for ``session`` (a dynamic dim at 1)."""
+    rng = np.random.default_rng(0)
+    return {
+        i.name: rng.standard_normal([d if isinstance(d, int) and d > 0 else 1 for d in i.shape]).astype(
+            np.float32
+        )
+        for i in session.get_inputs()
+    }
