@@ -3,8 +3,8 @@
 __version__ = "0.1.0"
 
 from dynatune.errors import DynatuneError  # noqa: E402
-from dynatune.machine.target import use_every_core  # noqa: E402
+from dynatune.machine.target import set_tvm_thread_pool  # noqa: E402
 
-use_every_core()  # before TVM's thread pool starts: TVM alone would use half the cores of an x86 machine
+set_tvm_thread_pool()  # before TVM's pool starts: every core, and a spin that leaves ONNX Runtime alone
 
 __all__ = ["DynatuneError", "__version__"]

@@ -14,14 +14,26 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def use_every_core() -> None:
-    """Let TVM's runtime run on every usable core (``TVM_NUM_THREADS``, unless the user set it).
+# TVM's pool threads spin this many sched_yield()s for the next job after one (TVM's default: 300,000,
+# about 0.3 s): enough for back-to-back runs, short enough not to take the cores from ONNX Runtime
+TVM_SPIN_COUNT = 1000
 
-    Left alone, TVM's thread pool takes an x86 machine's cores for hyper-threads and uses half of them: one
-    thread on a 2-core machine, where ONNX Runtime runs two (a 3x3 convolution of SqueezeNet: 111 GFLOP/s
-    on TVM's default, 221 with both cores). Called when dynatune is imported, before TVM's pool starts, so
-    every process inherits it: the tuning's builder and runner workers, the fresh timing process."""
+
+def set_tvm_thread_pool() -> None:
+    """TVM's thread pool as dynatune runs it, set in the environment (``TVM_NUM_THREADS``,
+    ``TVM_THREAD_POOL_SPIN_COUNT``), each unless the user set it; called when dynatune is imported, before
+    TVM's pool starts, so every process inherits it: the tuning's workers, the fresh timing process.
+
+    - Every usable core. Left alone, TVM takes an x86 machine's cores for hyper-threads and uses half of
+      them: one thread on a 2-core machine, where ONNX Runtime runs two (a 3x3 convolution of SqueezeNet:
+      111 GFLOP/s on TVM's default, 221 with both cores).
+    - A short spin. After a job, TVM's workers spin for the next one for about 0.3 s; in the process that
+      times the model side by side with ONNX Runtime, that took ONNX Runtime's cores in the block after
+      TVM's (its time 3.6 -> 4.5-6.5 ms, erratic). With :data:`TVM_SPIN_COUNT`, both run as fast as
+      alone: TVM 3.84 ms (3.89 with the long spin), ONNX Runtime 3.65 ms (BENCHMARKS.md, session 13).
+    """
     os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(TVM_SPIN_COUNT))
 
 
 def make_target(spec: str | dict | None = None, num_cores: int | None = None):

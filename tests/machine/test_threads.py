@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from dynatune.machine.target import usable_cores
+from dynatune.machine.target import TVM_SPIN_COUNT, usable_cores
 
 
 def _tvm_threads(env: dict, first: str) -> int:
@@ -18,6 +18,16 @@ def test_tvm_runs_on_every_usable_core_whatever_is_imported_first():
     env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
     assert _tvm_threads(env, "tvm") == usable_cores()
     assert _tvm_threads(env, "os") == usable_cores()
+
+
+def test_the_pool_spins_briefly_unless_the_user_says_otherwise():
+    env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
+    code = "import dynatune, os; print(os.environ['TVM_THREAD_POOL_SPIN_COUNT'])"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(run.stdout.strip()) == TVM_SPIN_COUNT
+    env["TVM_THREAD_POOL_SPIN_COUNT"] = "5"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "5"
 
 
 def test_a_thread_count_the_user_set_is_kept():
