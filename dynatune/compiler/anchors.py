@@ -112,8 +112,11 @@ class OnnxRuntimeProfile:
                 continue
             if args.get("op_name") not in ANCHORED_OPS or len(args.get("input_type_shape", [])) < 2:
                 continue
+            data = next(iter(args["input_type_shape"][0].values()))
             weight = next(iter(args["input_type_shape"][1].values()))
             output = next(iter(args["output_type_shape"][0].values()))
+            if args["op_name"] not in ("Conv", "FusedConv"):  # a prepacked weight is not listed: K x N
+                weight = [data[-1], output[-1]]
             shapes[e["name"]] = (weight, output)
             durations[e["name"]].append(e["dur"] / 1e3)
         return shapes, {k: statistics.median(v[1:] or v) for k, v in durations.items()}
