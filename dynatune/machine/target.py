@@ -21,8 +21,9 @@ TVM_SPIN_COUNT = 1000
 
 def set_tvm_thread_pool() -> None:
     """TVM's thread pool as dynatune runs it, set in the environment (``TVM_NUM_THREADS``,
-    ``TVM_THREAD_POOL_SPIN_COUNT``), each unless the user set it; called when dynatune is imported, before
-    TVM's pool starts, so every process inherits it: the tuning's workers, the fresh timing process.
+    ``TVM_THREAD_POOL_SPIN_COUNT``, ``TVM_BIND_THREADS``), each unless the user set it; called when
+    dynatune is imported, before TVM's pool starts, so every process inherits it: the tuning's workers,
+    the fresh timing process.
 
     - Every usable core. Left alone, TVM takes an x86 machine's cores for hyper-threads and uses half of
       them: one thread on a 2-core machine, where ONNX Runtime runs two (a 3x3 convolution of SqueezeNet:
@@ -31,9 +32,14 @@ def set_tvm_thread_pool() -> None:
       times the model side by side with ONNX Runtime, that took ONNX Runtime's cores in the block after
       TVM's (its time 3.6 -> 4.5-6.5 ms, erratic). With :data:`TVM_SPIN_COUNT`, both run as fast as
       alone: TVM 3.84 ms (3.89 with the long spin), ONNX Runtime 3.65 ms (BENCHMARKS.md, session 13).
+    - Threads the OS may move. TVM pins each worker to a core; with another process busy on one core, the
+      pinned worker got that core's time slices and every parallel kernel waited for it: the README job's
+      model took 154 ms instead of 4 (ONNX Runtime 14 ms). Unpinned: 7.7 ms; on quiet cores no
+      difference was measurable (BENCHMARKS.md, session 13).
     """
     os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(TVM_SPIN_COUNT))
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 
 def make_target(spec: str | dict | None = None, num_cores: int | None = None):

@@ -25,6 +25,10 @@ def test_the_pool_spins_briefly_unless_the_user_says_otherwise():
     code = "import dynatune, os; print(os.environ['TVM_THREAD_POOL_SPIN_COUNT'])"
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert int(run.stdout.strip()) == TVM_SPIN_COUNT
+    code_bind = "import dynatune, os; print(os.environ['TVM_BIND_THREADS'])"
+    env_bind = {k: v for k, v in env.items() if k != "TVM_BIND_THREADS"}
+    run_bind = subprocess.run([sys.executable, "-c", code_bind], env=env_bind, capture_output=True, text=True)
+    assert run_bind.stdout.strip() == "0"  # threads the OS may move off a busy core
     env["TVM_THREAD_POOL_SPIN_COUNT"] = "5"
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "5"
