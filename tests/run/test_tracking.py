@@ -20,6 +20,16 @@ pytestmark = pytest.mark.slow  # three MLflow stores (~15 s)
 ROUNDS = 3
 
 
+@pytest.fixture(autouse=True)
+def _no_tracking_uri_from_other_tests(monkeypatch):
+    """These runs track into their work dir's own store: a tracking URI another test left in the
+    environment (MLflow's ``set_tracking_uri`` exports ``MLFLOW_TRACKING_URI``) must not redirect them."""
+    import mlflow.tracking._tracking_service.utils as tracking_utils
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(tracking_utils, "_tracking_uri", None)  # set in-process by an earlier run
+
+
 def _round(n: int) -> RoundRecord:
     result = {"trials": 4, "build_errors": 0, "run_errors": 0, "best_after_s": 1e-3}
     return RoundRecord(n, 0, "conv_a", result, {}, 0.01, elapsed_s=n, decision_s=0, wall_s=1)
