@@ -238,9 +238,14 @@ class TuningSession:
 
         self._relearn.discard(task.key)
         records = self.db.memory.get_top_k(self.db.workload(task.key, task.mod), RELEARN_RECORDS)
-        if records:
-            cands = [r.as_measure_candidate() for r in records]
-            self.cost_model.update(ctx, cands, [RunnerResult(r.run_secs, None) for r in records])
+        pairs = []
+        for r in records:
+            try:  # a structurally equal workload may name its blocks otherwise: its trace does not apply
+                pairs.append((r.as_measure_candidate(), RunnerResult(r.run_secs, None)))
+            except Exception:
+                continue
+        if pairs:
+            self.cost_model.update(ctx, [c for c, _ in pairs], [res for _, res in pairs])
 
     # -- warm start ------------------------------------------------------------------------------
     def import_records(self, other: TuningDatabase, keys) -> int:
