@@ -5,6 +5,25 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def run_cli(args, cwd, timeout: float = 300):
+    """``dynatune ARGS`` in a subprocess run from ``cwd``, this checkout's code, Prefect's home in ``cwd``,
+    and no tracking server or Prefect API from the environment."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=os.path.join(cwd, ".prefect"))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "dynatune.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def light_model(name: str) -> str:
     import onnx
 

@@ -57,10 +57,6 @@ class TilePlan:
     reduction: tuple[tuple[int, int], ...]
     block: RegisterBlock
 
-    def describe(self) -> str:
-        rows = "x".join(str(r) for r in self.block.rows if r > 1) or "1"
-        return f"{rows} rows x {self.block.columns} columns, jobs {math.prod(s[0] for s in self.spatial)}"
-
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]

@@ -7,23 +7,13 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, make_tiny_onnx
+from helpers import ROOT, make_tiny_onnx, run_cli
 
 pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
 
 def _run(args, cwd, timeout=900):
-    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=os.path.join(cwd, ".prefect"))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("PREFECT_API_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "dynatune.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(args, cwd, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,9 @@ twice."""
 import json
 import logging
 import os
-import subprocess
-import sys
 
 import pytest
-from helpers import ROOT, make_tiny_onnx
+from helpers import make_tiny_onnx, run_cli
 
 from dynatune.files import WorkDir
 from dynatune.run.repair import repair_work_dir
@@ -135,16 +133,7 @@ def test_repair_of_the_last_rounds_starts_a_new_mlflow_run(tmp_path):
 
 
 def _cli(args, cwd, timeout=300):
-    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=os.path.join(cwd, ".prefect"))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run(
-        [sys.executable, "-m", "dynatune.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(args, cwd, timeout)
 
 
 @pytest.fixture
