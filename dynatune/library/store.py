@@ -156,7 +156,7 @@ class ScheduleLibrary:
         return run_id
 
     def add(self, fingerprint: str, run_id: str, batch: list[LibraryRecord]) -> int:
-        """Add a batch of measured records in one transaction; returns how many were new. Failed
+        """Add a batch of measured records in one transaction; returns how many were new or faster. Failed
         candidates (no finite mean) are not kept."""
         rows = kept(batch)
         if not rows:
@@ -179,9 +179,8 @@ class ScheduleLibrary:
                         }
                     )
             _insert_ignoring_existing(conn, workloads, wl_rows)
-            n = _insert_ignoring_existing(
+            n = _insert_keeping_fastest(
                 conn,
-                records,
                 [
                     {
                         "fingerprint": fingerprint,
@@ -445,10 +444,8 @@ def _engine(url: str):
     return engine
 
 
-def _insert_ignoring_existing(conn, table, rows: list[dict]) -> int:
-    """Insert ``rows``, skipping those whose unique key is already there; returns how many were inserted."""
-    if not rows:
-        return 0
+def _dialect_insert(conn):
+    """The INSERT with ON CONFLICT of the library's database."""
     name = conn.dialect.name
     if name == "sqlite":
         from sqlalchemy.dialects.sqlite import insert
@@ -456,12 +453,45 @@ def _insert_ignoring_existing(conn, table, rows: list[dict]) -> int:
         from sqlalchemy.dialects.postgresql import insert
     else:
         raise DynatuneError(f"the schedule library supports SQLite and PostgreSQL, not {name}")
+    return insert
+
+
+def _insert_ignoring_existing(conn, table, rows: list[dict]) -> int:
+    """Insert ``rows``, skipping those whose unique key is already there; returns how many were inserted."""
+    if not rows:
+        return 0
+    insert = _dialect_insert(conn)
     first_key = table.primary_key.columns.values()[0]
     n = 0
     for chunk in _chunks(rows, 200):  # RETURNING counts the rows inserted (psycopg's rowcount here is -1)
         n += len(
             conn.execute(insert(table).values(chunk).on_conflict_do_nothing().returning(first_key)).all()
         )
+    return n
+
+
+def _insert_keeping_fastest(conn, rows: list[dict]) -> int:
+    """Insert records; a schedule this run measured before (same trace) keeps its fastest measurement, as
+    the run's own database does (its best latency is the minimum over repeats). Returns how many rows
+    were inserted or made faster."""
+    fastest: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["fingerprint"], r["task_key"], r["run_id"], r["trace_hash"])
+        if key not in fastest or r["mean_s"] < fastest[key]["mean_s"]:
+            fastest[key] = r
+    rows = list(fastest.values())
+    if not rows:
+        return 0
+    insert = _dialect_insert(conn)
+    n = 0
+    for chunk in _chunks(rows, 200):
+        stmt = insert(records).values(chunk)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["fingerprint", "task_key", "run_id", "trace_hash"],
+            set_={"mean_s": stmt.excluded.mean_s, "record": stmt.excluded.record},
+            where=stmt.excluded.mean_s < records.c.mean_s,
+        )
+        n += len(conn.execute(stmt.returning(records.c.id)).all())
     return n
 
 

@@ -86,6 +86,18 @@ def test_adding_the_same_run_record_twice_keeps_one(lib):
     assert lib.summary()["fingerprints"][0]["records"] == 1
 
 
+def test_a_schedule_measured_again_by_the_same_run_keeps_its_fastest_measurement(lib):
+    """As the run's own database does: its best latency is the minimum over a schedule's repeats, and the
+    next run must start at it (a repeat measured faster was once dropped)."""
+    run = lib.start_run(FP, "m")
+    assert lib.add(FP, run, [rec("a", 1, 3e-3), rec("a", 1, 2e-3)]) == 1  # twice in one batch
+    assert lib.add(FP, run, [rec("a", 1, 1e-3)]) == 1  # again, faster, in a later batch
+    assert lib.add(FP, run, [rec("a", 1, 5e-3)]) == 0  # slower: nothing changes
+    _, best = lib.top_records(FP, ["a"], 2)["a"]
+    assert [m for m, _ in best] == [1e-3] and best[0][1][1] == [1e-3]
+    assert lib.summary()["fingerprints"][0]["records"] == 1
+
+
 def test_a_batch_without_its_workload_is_kept_under_the_one_sent_before(lib):
     run = lib.start_run(FP, "m")
     lib.add(FP, run, [rec("a", 1, 2e-3)])
