@@ -8,6 +8,9 @@ the slots after each task's first: the rank correlation (Spearman) of the predic
 gain, the same with both averaged over the seeds at each (task, slot number), plain weighted latency's
 rank correlation, the coverage of ``mean +- 2 std`` and the share of slots that gained nothing.
 
+With ONNX Runtime's per-operator times for a model's tasks (``bench/trace_anchors.py``), the headroom
+model is scored a second time with them as reachable floors (``headroom+anchors``).
+
     python bench/belief_calibration.py        # writes bench/results/belief_calibration.json
 """
 
@@ -18,7 +21,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from dynatune.beliefs import BELIEFS, make_beliefs  # noqa: E402
 from dynatune.bench.belief_calibration import calibration_scores, seed_rows  # noqa: E402
-from dynatune.bench.traces import available_traces, load_traces, recorded_seeds  # noqa: E402
+from dynatune.bench.traces import available_traces, load_traces, recorded_seeds, with_anchors  # noqa: E402
+from dynatune.errors import DynatuneError  # noqa: E402
 
 
 def main() -> None:
@@ -27,11 +31,17 @@ def main() -> None:
         doc = load_traces(m)
         seeds = recorded_seeds(doc)
         out[m] = {"seeds": seeds, "roofline": doc.get("roofline")}
-        for name in BELIEFS:
-            s = calibration_scores(seed_rows(doc, lambda name=name: make_beliefs(name), seeds))
-            out[m][name] = s
+        try:
+            anchored = with_anchors(doc)
+        except DynatuneError:
+            anchored = None
+        variants = [(name, doc, name) for name in BELIEFS]
+        variants += [("headroom+anchors", anchored, "headroom")] if anchored else []
+        for label, trace_doc, name in variants:
+            s = calibration_scores(seed_rows(trace_doc, lambda name=name: make_beliefs(name), seeds))
+            out[m][label] = s
             print(
-                f"{m:18s} {name:9s} slots {s['slots']:4d}  spearman {_f(s['spearman'])}  "
+                f"{m:18s} {label:16s} slots {s['slots']:4d}  spearman {_f(s['spearman'])}  "
                 f"seed-mean {_f(s['spearman_seed_mean'])}  "
                 f"weighted latency {_f(s['spearman_weighted_latency'])}  "
                 f"coverage {_f(s['coverage'])}  zero-gain {_f(s['zero_gain_share'])}",

@@ -49,6 +49,11 @@ class WorkDir:
         return self._at("run.json")
 
     @property
+    def anchors(self) -> str:
+        """``anchors.json``: ONNX Runtime's time per task's operator, measured at the run's start."""
+        return self._at("anchors.json")
+
+    @property
     def rounds(self) -> str:
         """``rounds.jsonl``: one line per finished round."""
         return self._at("rounds.jsonl")

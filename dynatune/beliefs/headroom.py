@@ -11,7 +11,9 @@ slots spent on the kind))``: the best of a kind can still improve, less so the m
 kind's attainable fraction ``phi*``. A task's floor is ``bound / phi*`` and its headroom, in weighted
 seconds, ``H = weight x max(best - floor, 0)``. A kind nothing has been tuned in yet takes the median of
 the other kinds' attainable fractions (``phi_prior`` before any). A task without a bound takes the median
-relative headroom of the others.
+relative headroom of the others. Where ONNX Runtime's time for the task's operator is known
+(``TaskView.anchor_s``, :mod:`dynatune.compiler.anchors`), that time is reachable: while the task is slower,
+its floor is ``anchor_reach`` x that time instead.
 
 Staircase (a zero-inflated jump likelihood). After a task's first improvement, each slot either gains
 nothing or jumps. At the task's ``k``-th effective slot it jumps with probability
@@ -47,6 +49,10 @@ def _bound(task) -> float:
     return float(getattr(task, "bound_s", 0.0) or 0.0)
 
 
+def _anchor(task) -> float:
+    return float(getattr(task, "anchor_s", 0.0) or 0.0)
+
+
 def operator_kind(name: str) -> str:
     """The operator a task is built around, from its name: ``fused_conv2d7_add4_relu41`` -> ``conv2d``."""
     first = re.sub(r"^fused_", "", name).split("_")[0]
@@ -66,6 +72,7 @@ class HeadroomBeliefs(Beliefs):
         u_prior: float = 0.3,
         u_strength: float = 2.0,
         h_cv: float = 0.5,
+        anchor_reach: float = 0.9,
         **shared,
     ):
         super().__init__(**shared)
@@ -77,6 +84,7 @@ class HeadroomBeliefs(Beliefs):
             u_strength,
             h_cv,
         )
+        self.anchor_reach = anchor_reach
         self._key = None
         self._step_cache: dict[int, tuple] = {}
         self._memory_bound: dict[int, bool] = {}
@@ -168,7 +176,12 @@ class HeadroomBeliefs(Beliefs):
 
     # -- per task -----------------------------------------------------------------------------------
     def floor(self, task) -> float:
-        """The latency the task could reach here: its roofline bound over its kind's attainable fraction."""
+        """The latency the task could reach here: ``anchor_reach`` x ONNX Runtime's time for its operator
+        while the task is slower than that (a floor known to be reachable), else its roofline bound over
+        its kind's attainable fraction."""
+        reachable = _anchor(task) * self.anchor_reach
+        if reachable > 0 and _valid(task.best_s) and task.best_s > reachable:
+            return reachable
         if _bound(task) <= 0:
             return task.best_s * (1.0 - self._rel_headroom) if _valid(task.best_s) else 0.0
         return _bound(task) / self.phi_star.get(self.kind(task), self.phi_prior)

@@ -117,6 +117,7 @@ def replay(
             float(r.get("flops", 0.0)),
             default,
             bound_s=task_bound(traces, r),
+            anchor_s=float(r.get("anchor_s", 0.0)),
         )
         t._best = default
         tasks.append(t)

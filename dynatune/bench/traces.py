@@ -29,6 +29,7 @@ from dynatune.files import atomic_write_json
 from dynatune.machine.target import describe
 
 TRACE_DIR = os.path.join(os.path.dirname(__file__), "data", "traces")
+ANCHOR_DIR = os.path.join(os.path.dirname(__file__), "data", "anchors")  # bench/trace_anchors.py writes them
 # what must match for a document to be continued rather than replaced
 SETTINGS = ("sha256", "target", "seconds_per_task", "trials_per_iter", "lowering", "search")
 
@@ -48,6 +49,19 @@ def load_traces(path_or_name: str) -> dict:
     if not doc.get("tasks"):
         raise DynatuneError(f"trace file {path} has no tasks", "re-record it with bench/record_traces.py")
     return doc
+
+
+def with_anchors(doc: dict) -> dict:
+    """``doc`` with each task's ``anchor_s`` (ONNX Runtime's time for its operator, on the recording
+    machine's scale) from ``data/anchors/<model>.json``; raises when there is none."""
+    path = os.path.join(ANCHOR_DIR, doc["model"] + ".json")
+    if not os.path.exists(path):
+        raise DynatuneError(
+            f"no anchors for {doc['model']}", f"run: python bench/trace_anchors.py {doc['model']}"
+        )
+    with open(path) as f:
+        anchors = json.load(f)["anchor_s"]
+    return {**doc, "tasks": [{**r, "anchor_s": anchors.get(r["name"], 0.0)} for r in doc["tasks"]]}
 
 
 def available_traces() -> list[str]:

@@ -127,6 +127,37 @@ class OnnxRuntimeProfile:
         return {i: ms[name] for i, name in match_tasks(tasks, shapes).items()}
 
 
+def operator_anchors(model, tasks, threads: int, seconds: float = 1.0) -> dict[int, float]:
+    """``{task index: seconds}``: ONNX Runtime's time for each task's operator inside ``model``, profiled
+    for about ``seconds`` (what the headroom beliefs take as a reachable floor)."""
+    profile = OnnxRuntimeProfile(model, threads)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        profile.run_block()
+    return {i: ms / 1e3 for i, ms in profile.op_ms(tasks).items()}
+
+
+def run_anchors(model, tasks, work_dir: str, threads: int) -> dict[int, float]:
+    """:func:`operator_anchors` once per work dir (``anchors.json``; a resumed run reads them back). A
+    model ONNX Runtime cannot run has none: the beliefs then use the roofline alone."""
+    import warnings
+
+    from dynatune.files import WorkDir, atomic_write_json
+    from dynatune.search.state_files import read_json_file
+
+    path = WorkDir(work_dir).anchors
+    saved = read_json_file(path, dict)
+    if saved is not None:
+        return {int(i): float(s) for i, s in saved.items()}
+    try:
+        anchors = operator_anchors(model, tasks, threads)
+    except Exception as exc:  # noqa: BLE001 - the run goes on without anchors
+        warnings.warn(f"ONNX Runtime's per-operator times are not available: {exc}", stacklevel=2)
+        anchors = {}
+    atomic_write_json(path, {str(i): s for i, s in anchors.items()})
+    return anchors
+
+
 def random_feed(session) -> dict:
     """Random inputs for ``session`` (a dynamic dim at 1)."""
     rng = np.random.default_rng(0)

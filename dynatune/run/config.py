@@ -154,6 +154,8 @@ class Config(Section):
     prefect_api_url: Text | None = None
     warm_start: list = Field(default_factory=list)  # earlier work dirs whose records seed this run
     library: LibrarySection = Field(default_factory=LibrarySection)
+    # ONNX Runtime's time per task's operator, measured at the start: the beliefs' reachable floors
+    anchors: bool = True
     _source: str = PrivateAttr("(defaults)")  # where it was read from: not a setting
 
     @property

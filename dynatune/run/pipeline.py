@@ -157,6 +157,7 @@ class TuningRun:
                 self.warm_start = warm_start(self.session, cfg.warm_start)
             if self.library:
                 self.library.seed(self.session)
+            self.anchors = self._anchors()
             self.tuner = Tuner(
                 self.session,
                 cfg.scheduler.name,
@@ -168,6 +169,7 @@ class TuningRun:
                 warmup_trials=cfg.warmup_trials,
                 # a device farm measures elsewhere: this machine's roofline does not apply
                 roofline=None if cfg.measure.rpc else machine_roofline(self.target),
+                anchors=self.anchors,
             )
             atomic_write_json(WorkDir(cfg.work_dir).tasks, [t.as_dict() for t in self.tasks])
             self.on_stage("untuned latencies", f"{len(self.tasks)} tasks")
@@ -176,6 +178,16 @@ class TuningRun:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _anchors(self) -> dict[int, float]:
+        """ONNX Runtime's time per task's operator on this machine (``anchors``; none on a device farm)."""
+        from dynatune.compiler.anchors import run_anchors
+        from dynatune.machine.target import usable_cores
+
+        if not self.cfg.anchors or self.cfg.measure.rpc:
+            return {}
+        self.on_stage("anchors", "ONNX Runtime's time per operator")
+        return run_anchors(self.model, self.tasks, self.cfg.work_dir, usable_cores())
 
     def start_event(self) -> RunStart:
         return RunStart(

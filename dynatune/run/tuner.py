@@ -78,9 +78,10 @@ class Tuner:
         warmup_share: float = 0.0,
         warmup_trials: int = 8,
         roofline=None,
+        anchors: dict[int, float] | None = None,
     ):
         """``roofline``: this machine's (:mod:`dynatune.machine.roofline`), for each task's latency bound
-        (None: unknown)."""
+        (None: unknown). ``anchors``: ONNX Runtime's time for a task's operator (s), where it is known."""
         self.session = session
         self.tasks = session.tasks
         self.budget_s = budget_s
@@ -101,6 +102,7 @@ class Tuner:
             self.scheduler.load_state_dict(self.run_state["scheduler_state"])
         self._writer = JsonlWriter(self.rounds_path)
         self.bounds = task_bounds(self.tasks, roofline)
+        self.anchors = anchors or {}
 
     # -- state -----------------------------------------------------------------------------------
     def _load_run_state(self) -> dict:
@@ -154,6 +156,7 @@ class Tuner:
                     hist,
                     self.session.retirement.is_retired(st, best),
                     self.bounds[t.index],
+                    self.anchors.get(t.index, 0.0),
                 )
             )
         return RoundContext(views, self.rounds_done, self.slot_s, self.elapsed_s, self.budget_s)

@@ -37,6 +37,7 @@ class TaskView:
     bound_s: float = (
         0.0  # roofline bound of its latency on this machine (0: unknown, :mod:`dynatune.machine.roofline`)
     )
+    anchor_s: float = 0.0  # ONNX Runtime's time for the same operator here (0: unknown, compiler.anchors)
 
     @property
     def best_s(self) -> float:

@@ -87,6 +87,24 @@ def test_headroom_is_the_gap_to_the_kinds_attainable_fraction():
     assert operator_kind("fused_matmul_add21") == "matmul"
 
 
+def test_onnx_runtimes_time_is_the_floor_while_the_task_is_slower():
+    """A reachable floor: 0.9 x ONNX Runtime's time for the operator replaces the roofline's guess until
+    the task beats it; then the roofline's floor (going past ONNX Runtime) is all that is left."""
+    slow = view(0, "fused_conv2d_add", 1.0, [(3.0, 8, 0.9)], bound=0.1)
+    anchored = view(1, "fused_conv2d1_add1", 1.0, [(3.0, 8, 0.9)], bound=0.1)
+    anchored.anchor_s = 0.5
+    past = view(2, "fused_conv2d2_add2", 1.0, [(3.0, 8, 0.4)], bound=0.1)
+    past.anchor_s = 0.5
+    m = HeadroomBeliefs(uplift=0.0)
+    m.observe([slow, anchored, past], 3.0)
+    roofline_floor = 0.1 / m.phi_star["conv2d"]
+    assert m.floor(slow) == pytest.approx(roofline_floor) == pytest.approx(0.25)
+    assert m.floor(anchored) == pytest.approx(0.45)  # known reachable: tighter than the roofline's guess
+    assert m.floor(past) == pytest.approx(roofline_floor)
+    assert m.predict(anchored, 3.0)[0] < m.predict(slow, 3.0)[0]
+    assert HeadroomBeliefs(anchor_reach=0.0).floor(anchored) != pytest.approx(0.45)  # off
+
+
 def test_dynatune_takes_the_belief_model_by_name():
     assert isinstance(make_scheduler("dynatune", belief_model="headroom").model, HeadroomBeliefs)
     with pytest.raises(DynatuneError, match="unknown belief model 'psychic'"):

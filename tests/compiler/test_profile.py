@@ -124,3 +124,24 @@ def test_profile_vm_from_executable_in_memory(tiny, cpu_target):
     vm = make_vm(build(model, cpu_target, None), tvm.cpu())
     x = tvm.runtime.tensor(model.random_inputs(0)[model.inputs[0].name], tvm.cpu())
     assert vm["main"](x).numpy().shape == (1, 10)
+
+
+def test_run_anchors_time_onnx_runtimes_op_for_each_conv_and_matmul_once_per_work_dir(tiny, tmp_path):
+    """What the headroom beliefs take as reachable floors: ONNX Runtime's kernel for each task with a weight,
+    read back (not measured again) when the run resumes; a model ONNX Runtime cannot run has none."""
+    from dynatune.compiler.anchors import run_anchors
+    from dynatune.files import WorkDir
+
+    model, tasks, _ = tiny
+    anchors = run_anchors(model, tasks, str(tmp_path), threads=1)
+    weighted = {t.index for t in tasks if "conv" in t.name or "matmul" in t.name}
+    assert set(anchors) == weighted and all(0 < s < 0.1 for s in anchors.values())
+    with open(WorkDir(str(tmp_path)).anchors) as f:
+        saved = json.load(f)
+    saved[str(min(weighted))] = 1.0
+    with open(WorkDir(str(tmp_path)).anchors, "w") as f:
+        json.dump(saved, f)
+    assert run_anchors(None, tasks, str(tmp_path), threads=1)[min(weighted)] == 1.0  # read back
+    (tmp_path / "other").mkdir()
+    with pytest.warns(UserWarning, match="per-operator times are not available"):
+        assert run_anchors(None, tasks, str(tmp_path / "other"), threads=1) == {}

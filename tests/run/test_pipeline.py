@@ -68,6 +68,8 @@ def test_flow_tracks_every_round_in_mlflow(first_run):
     assert {"mlflow_run_id", "mlflow_ui", "tracking_s", "profile", "speedup_vs_untuned"} <= set(on_disk)
     assert RunSummary.load(WorkDir(d / "work").summary).mlflow_run_id == s["mlflow_run_id"]
     assert s["numerics_ok"] and s["max_rel_err"] < 1e-4
+    anchors = json.load(open(WorkDir(d / "work").anchors))  # the beliefs' reachable floors
+    assert anchors and all(v > 0 for v in anchors.values())
     assert "round" in stderr  # the live view printed the rounds
     client = MlflowClient(f"sqlite:///{d / 'work' / 'mlflow.db'}")
     run = client.get_run(s["mlflow_run_id"])

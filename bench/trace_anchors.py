@@ -1,0 +1,81 @@
+"""ONNX Runtime's time per operator for the tasks of a recorded trace document, on the trace machine's
+scale: what ``bench/belief_calibration.py --anchors`` gives the headroom beliefs.
+
+The traces were recorded on another machine (their ``roofline`` and ``target`` say which) with TVM on one
+thread. Here ONNX Runtime runs the model on one thread with its profiler (:func:`operator_anchors`), and
+every task's untuned latency is measured here with TVM on one thread for the trace's target. The anchors
+are scaled by the median ratio of the traces' untuned latencies to this machine's: one factor for the
+machine's speed, so a task's anchor keeps its place relative to its recorded curve.
+
+    python bench/trace_anchors.py squeezenet1_1 [--models ../shared/models]
+    # writes dynatune/bench/data/anchors/<model>.json
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+os.environ["TVM_NUM_THREADS"] = "1"  # the traces were recorded with TVM on one thread
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from dynatune.bench.traces import ANCHOR_DIR, load_traces, task_traces  # noqa: E402
+from dynatune.compiler.anchors import operator_anchors  # noqa: E402
+from dynatune.files import atomic_write_json  # noqa: E402
+from dynatune.machine.target import describe, machine_fingerprint  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument(
+        "--models", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models")
+    )
+    args = ap.parse_args()
+    from dynatune.run.config import load_config
+    from dynatune.run.pipeline import extract, load_model
+    from dynatune.search.session import TuningSession
+
+    doc = load_traces(args.model)
+    work = tempfile.mkdtemp(prefix="trace-anchors-")
+    cfg = load_config(
+        None,
+        # the trace machine's target: its untuned latencies are compared with these
+        overrides=["library.enabled=false", f"target={{kind: llvm, mcpu: {doc['target'].split('/')[1]}}}"],
+        model=os.path.abspath(os.path.join(args.models, doc["model"] + ".onnx")),
+        work_dir=work,
+    )
+    model = load_model(cfg)
+    target, tasks, _ = extract(model, cfg)
+    by_name = {r["name"]: r for r in doc["tasks"]}
+    missing = [t.name for t in tasks if t.name not in by_name]
+    if missing:
+        sys.exit(f"the model's tasks are not the traces' ({', '.join(missing[:3])} ...): other lowering?")
+    session = TuningSession(tasks, target, work, search=cfg.search, measure=cfg.measure)
+    try:
+        session.warm_up()
+        here = session.measure_defaults()
+    finally:
+        session.close()
+    ratios = []
+    for t in tasks:
+        recorded = statistics.median(x["default_s"] for x in task_traces(by_name[t.name]))
+        if here.get(t.index) and recorded:
+            ratios.append(recorded / here[t.index])
+    scale = statistics.median(ratios)
+    anchors = operator_anchors(model, tasks, threads=1, seconds=3.0)
+    out = {
+        "model": doc["model"],
+        "machine": machine_fingerprint(target),
+        "target": describe(target),
+        "scale": scale,
+        "scale_spread": [min(ratios), max(ratios)],
+        "anchor_s": {tasks[i].name: s * scale for i, s in anchors.items()},
+    }
+    path = os.path.join(ANCHOR_DIR, doc["model"] + ".json")
+    atomic_write_json(path, out)
+    print(f"{doc['model']}: {len(anchors)} of {len(tasks)} tasks anchored, scale {scale:.2f} -> {path}")
+
+
+if __name__ == "__main__":
+    main()
