@@ -9,6 +9,7 @@ LAYOUT = {  # property -> path below the work dir (these names are on disk in ev
     "tasks": "tasks.json",
     "run_state": "run.json",
     "rounds": "rounds.jsonl",
+    "anchors": "anchors.json",
     "lock": ".lock",
     "warm_start_done": "warm_start.json",
     "library_done": "library.json",

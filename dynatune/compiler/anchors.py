@@ -138,17 +138,21 @@ def operator_anchors(model, tasks, threads: int, seconds: float = 1.0) -> dict[i
 
 
 def run_anchors(model, tasks, work_dir: str, threads: int) -> dict[int, float]:
-    """:func:`operator_anchors` once per work dir (``anchors.json``; a resumed run reads them back). A
-    model ONNX Runtime cannot run has none: the beliefs then use the roofline alone."""
+    """:func:`operator_anchors` once per work dir (``anchors.json``; a resumed run reads them back, and
+    measures them again if the file is damaged). A model ONNX Runtime cannot run has none: the beliefs then
+    use the roofline alone."""
     import warnings
 
     from dynatune.files import WorkDir, atomic_write_json
-    from dynatune.search.state_files import read_json_file
+    from dynatune.search.state_files import DamagedFile, read_json_file
 
     path = WorkDir(work_dir).anchors
-    saved = read_json_file(path, dict)
-    if saved is not None:
-        return {int(i): float(s) for i, s in saved.items()}
+    try:
+        saved = read_json_file(path, dict)
+        if saved is not None:
+            return {int(i): float(s) for i, s in saved.items()}
+    except (DamagedFile, ValueError, TypeError):  # a measurement, not state: measured again
+        pass
     try:
         anchors = operator_anchors(model, tasks, threads)
     except Exception as exc:  # noqa: BLE001 - the run goes on without anchors

@@ -142,6 +142,9 @@ def test_run_anchors_time_onnx_runtimes_op_for_each_conv_and_matmul_once_per_wor
     with open(WorkDir(str(tmp_path)).anchors, "w") as f:
         json.dump(saved, f)
     assert run_anchors(None, tasks, str(tmp_path), threads=1)[min(weighted)] == 1.0  # read back
+    with open(WorkDir(str(tmp_path)).anchors, "w") as f:
+        f.write('{"0": 1')  # damaged: measured again
+    assert set(run_anchors(model, tasks, str(tmp_path), threads=1)) == weighted
     (tmp_path / "other").mkdir()
     with pytest.warns(UserWarning, match="per-operator times are not available"):
         assert run_anchors(None, tasks, str(tmp_path / "other"), threads=1) == {}
