@@ -21,7 +21,8 @@ TVM_SPIN_COUNT = 1000
 
 def set_tvm_thread_pool() -> None:
     """TVM's thread pool as dynatune runs it, set in the environment (``TVM_NUM_THREADS``,
-    ``TVM_THREAD_POOL_SPIN_COUNT``, ``TVM_BIND_THREADS``), each unless the user set it; called when
+    ``TVM_THREAD_POOL_SPIN_COUNT``, ``TVM_BIND_THREADS``, and OpenMP's ``OMP_WAIT_POLICY``), each unless the
+    user set it; called when
     dynatune is imported, before TVM's pool starts, so every process inherits it: the tuning's workers,
     the fresh timing process.
 
@@ -40,6 +41,9 @@ def set_tvm_thread_pool() -> None:
     os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(TVM_SPIN_COUNT))
     os.environ.setdefault("TVM_BIND_THREADS", "0")
+    # OpenMP (XGBoost's cost models) waits passively: its spinning threads made each boosting round 1.7x
+    # slower with one core busy, and 12-27x slower beside a tuning's workers (bench/xgb_threads.py)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def make_target(spec: str | dict | None = None, num_cores: int | None = None):

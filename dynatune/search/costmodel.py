@@ -10,9 +10,6 @@
 from __future__ import annotations
 
 COST_MODELS = ("xgb", "ensemble", "random")
-# XGBoost's OpenMP threads. A cost model trains on hundreds of rows: with 2 threads on 2 shared cores
-# each boosting round waited on the other core (bench/xgb_threads.py); one thread never waits.
-XGB_THREADS = 1
 
 
 def cost_model_names() -> tuple[str, ...]:
@@ -23,6 +20,8 @@ def make_cost_model(kind: str, seed: int = 0, contextual_exploration: bool = Fal
     """A cost model by name; ``contextual_exploration`` applies to ``ensemble`` only (rank by μ + κσ)."""
     from tvm.s_tir import meta_schedule as ms
 
+    from dynatune.machine.target import usable_cores
+
     if kind == "xgb":
         from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
@@ -32,14 +31,14 @@ def make_cost_model(kind: str, seed: int = 0, contextual_exploration: bool = Fal
             num_warmup_samples=0,
             adaptive_training=True,
             verbose_eval=10**9,
-            config=XGBConfig(nthread=XGB_THREADS),
+            config=XGBConfig(nthread=usable_cores()),
         )
     if kind == "random":
         return ms.cost_model.RandomModel(seed=seed)
     if kind == "ensemble":
         from dynatune.search.surrogate import EnsembleModel
 
-        return EnsembleModel(seed=seed, contextual_exploration=contextual_exploration, nthread=XGB_THREADS)
+        return EnsembleModel(seed=seed, contextual_exploration=contextual_exploration, nthread=usable_cores())
     raise ValueError(f"unknown cost model {kind!r}")
 
 
