@@ -41,7 +41,11 @@ def main() -> None:
     cfg = load_config(
         None,
         # the trace machine's target: its untuned latencies are compared with these
-        overrides=["library.enabled=false", f"target={{kind: llvm, mcpu: {doc['target'].split('/')[1]}}}"],
+        overrides=[
+            "library.enabled=false",
+            f"target={{kind: llvm, mcpu: {doc['target'].split('/')[1]}}}",
+            *_lowering(doc),
+        ],
         model=os.path.abspath(os.path.join(args.models, doc["model"] + ".onnx")),
         work_dir=work,
     )
@@ -72,9 +76,17 @@ def main() -> None:
         "scale_spread": [min(ratios), max(ratios)],
         "anchor_s": {tasks[i].name: s * scale for i, s in anchors.items()},
     }
+    os.makedirs(ANCHOR_DIR, exist_ok=True)
     path = os.path.join(ANCHOR_DIR, doc["model"] + ".json")
     atomic_write_json(path, out)
     print(f"{doc['model']}: {len(anchors)} of {len(tasks)} tasks anchored, scale {scale:.2f} -> {path}")
+
+
+def _lowering(doc) -> list[str]:
+    """``compile.*`` overrides for the lowering the traces were recorded with (fast math came later: a
+    document without it was recorded without it)."""
+    lowering = {"fast_math": False, **doc.get("lowering", {})}
+    return [f"compile.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in lowering.items()]
 
 
 if __name__ == "__main__":
