@@ -5,13 +5,44 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def prefect_home(path) -> str:
+    """``path`` made a Prefect home whose database is migrated already: a copy of one home migrated once
+    per test session. A fresh home's first flow run migrates Prefect's database, about 6 s of every run a
+    test starts (a user's home is migrated once)."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    template = os.path.join(tempfile.gettempdir(), f"dynatune-tests-prefect-home-{os.getpid()}")
+    if not os.path.exists(os.path.join(template, "prefect.db")):
+        building = template + ".tmp"
+        shutil.rmtree(building, ignore_errors=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        subprocess.run(
+            [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
+            env={**env, "PREFECT_HOME": building},
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        os.replace(building, template)
+        import atexit
+
+        atexit.register(shutil.rmtree, template, True)
+    path = os.fspath(path)
+    if not os.path.exists(os.path.join(path, "prefect.db")):
+        shutil.copytree(template, path, dirs_exist_ok=True)
+    return path
+
+
 def run_cli(args, cwd, timeout: float = 300):
     """``dynatune ARGS`` in a subprocess run from ``cwd``, this checkout's code, Prefect's home in ``cwd``,
     and no tracking server or Prefect API from the environment."""
     import subprocess
     import sys
 
-    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=os.path.join(cwd, ".prefect"))
+    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=prefect_home(os.path.join(cwd, ".prefect")))
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("PREFECT_API_URL", None)
     return subprocess.run(

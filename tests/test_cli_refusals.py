@@ -7,14 +7,14 @@ import re
 import subprocess
 import sys
 
-from helpers import ROOT, make_tiny_onnx
+from helpers import ROOT, make_tiny_onnx, prefect_home
 
 PASSWORD = "pw-S3cr3t-4711"
 
 
 def _cli(*args, cwd):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_", "DYNATUNE_DEBUG"))}
-    env.update(PYTHONPATH=ROOT, PREFECT_HOME=str(cwd / ".prefect"))
+    env.update(PYTHONPATH=ROOT, PREFECT_HOME=prefect_home(cwd / ".prefect"))
     return subprocess.run(
         [sys.executable, "-m", "dynatune.cli", *map(str, args)],
         capture_output=True,

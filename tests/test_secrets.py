@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, make_tiny_onnx
+from helpers import ROOT, make_tiny_onnx, prefect_home
 from servers import free_port, register_model, stop_process, wait_for
 
 from dynatune.errors import DynatuneError
@@ -34,7 +34,10 @@ PASSWORD = "pw-S3cr3t-4711"
         (f"http://alice:{PASSWORD}@x@host/p", "http://alice:***@host/p"),
         (f"mysql://alice:{PASSWORD}%2F?y@[::1]:3306/db", "mysql://alice:***@[::1]:3306/db"),
         (f"https://{PASSWORD}/+=@host", "https://***@host"),  # a token with "/" (base64)
-        (f"postgresql+psycopg://u:{PASSWORD}@/db?host=/run/pg", "postgresql+psycopg://u:***@/db?host=/run/pg"),
+        (
+            f"postgresql+psycopg://u:{PASSWORD}@/db?host=/run/pg",
+            "postgresql+psycopg://u:***@/db?host=/run/pg",
+        ),
         # no scheme
         (f"alice:{PASSWORD}@host", "alice:***@host"),
         (f"alice:{PASSWORD}/#@host:5432/db", "alice:***@host:5432/db"),
@@ -198,7 +201,7 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
     env.update(
         PYTHONPATH=ROOT,
-        PREFECT_HOME=str(home),
+        PREFECT_HOME=prefect_home(home),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         MLFLOW_TRACKING_URI=uri,
     )
@@ -257,7 +260,7 @@ def test_a_password_in_every_url_setting_and_in_tags_is_recorded_nowhere(tmp_pat
     without a scheme, all on the command line: the work dir (its .lock too), the MLflow store and its
     artifacts, Prefect's database (flow-run parameters, logs), the console and the report see only ***."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
-    env.update(PYTHONPATH=ROOT, PREFECT_HOME=str(tmp_path / "prefect-home"))
+    env.update(PYTHONPATH=ROOT, PREFECT_HOME=prefect_home(tmp_path / "prefect-home"))
     model = make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1)
     store = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}?token={PASSWORD}"
     settings = [

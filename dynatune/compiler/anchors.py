@@ -127,12 +127,15 @@ class OnnxRuntimeProfile:
         return {i: ms[name] for i, name in match_tasks(tasks, shapes).items()}
 
 
-def operator_anchors(model, tasks, threads: int, seconds: float = 1.0) -> dict[int, float]:
+def operator_anchors(
+    model, tasks, threads: int, seconds: float = 1.0, max_runs: int = 200
+) -> dict[int, float]:
     """``{task index: seconds}``: ONNX Runtime's time for each task's operator inside ``model``, profiled
-    for about ``seconds`` (what the headroom beliefs take as a reachable floor)."""
-    profile = OnnxRuntimeProfile(model, threads)
+    for about ``seconds`` or ``max_runs`` runs, whichever comes first (a small model's profile of a whole
+    second took longer to read than to run): what the headroom beliefs take as a reachable floor."""
+    profile = OnnxRuntimeProfile(model, threads, block_ms=10.0)
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    while time.perf_counter() < end and profile.runs < max_runs:
         profile.run_block()
     return {i: ms / 1e3 for i, ms in profile.op_ms(tasks).items()}
 

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, make_embedding_onnx
+from helpers import ROOT, make_embedding_onnx, prefect_home
 
 pytestmark = pytest.mark.slow  # real tuning in a subprocess
 
@@ -36,7 +36,7 @@ search: {{trials_per_iter: 4, population_size: 32}}
 measure: {{repeat: 3, min_repeat_ms: 5}}
 compile: {{timing_attempts: 2, timing_wait_s: 1}}
 """)
-    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=str(d / ".prefect"))
+    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=prefect_home(d / ".prefect"))
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("PREFECT_API_URL", None)
     p = subprocess.run(

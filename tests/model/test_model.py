@@ -10,11 +10,15 @@ from dynatune.errors import DynatuneError
 from dynatune.model.extract import extract_tasks
 from dynatune.model.importer import load_model, parse_shape
 
-BIG_LIGHT_MODELS = {"densenet121", "resnet50", "inception_v2", "shufflenet"}  # 12-50 s each: slow tier
+BIG_LIGHT_MODELS = {"resnet50", "inception_v2", "shufflenet"}  # 12-30 s each: slow tier
+# densenet121 (48 s: 120 convolutions joined by concatenations) adds no operator the others lack
+# (squeezenet and the inceptions concatenate too): left out to keep the suite in its 15 minutes
+IMPORTED_LIGHT_MODELS = [n for n in LIGHT_MODELS if n != "densenet121"]
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in BIG_LIGHT_MODELS else n for n in LIGHT_MODELS]
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n in BIG_LIGHT_MODELS else n for n in IMPORTED_LIGHT_MODELS],
 )
 def test_light_models_import_and_extract(name, cpu_target):
     model = load_model(light_model(name))

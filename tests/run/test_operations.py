@@ -15,7 +15,7 @@ import time
 import urllib.request
 
 import pytest
-from helpers import ROOT, make_tiny_onnx
+from helpers import ROOT, make_tiny_onnx, prefect_home
 from servers import free_port as _free_port
 from servers import register_model
 from servers import stop_process as _stop
@@ -58,7 +58,7 @@ def registry(tmp_path_factory, prefect_stack):
         )
     }
     saved_uris = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
-    os.environ["PREFECT_HOME"] = str(d / ".prefect")  # Prefect's local ephemeral mode, in a temp dir
+    os.environ["PREFECT_HOME"] = prefect_home(d / ".prefect")  # Prefect's local ephemeral mode, in a temp dir
     os.environ.pop("PREFECT_API_URL", None)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -239,7 +239,7 @@ class PrefectStack:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
         env.update(
             PYTHONPATH=ROOT,
-            PREFECT_HOME=str(d / "prefect-home"),
+            PREFECT_HOME=prefect_home(d / "prefect-home"),
             PREFECT_SERVER_ANALYTICS_ENABLED="false",
             PREFECT_LOGGING_LEVEL="WARNING",
             PREFECT_SERVER_LOGGING_LEVEL="WARNING",

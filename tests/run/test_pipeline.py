@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, make_tiny_onnx, run_cli
+from helpers import ROOT, make_tiny_onnx, prefect_home, run_cli
 
 pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
@@ -152,7 +152,7 @@ def test_prestart_hands_its_early_server_to_prefect(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(
         PYTHONPATH=ROOT,
-        PREFECT_HOME=str(tmp_path / "prefect"),
+        PREFECT_HOME=prefect_home(tmp_path / "prefect"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_LOGGING_LEVEL="CRITICAL",
     )

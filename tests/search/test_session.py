@@ -28,8 +28,21 @@ def squeezenet(cpu_target, tmp_path_factory):
     return model, extract_tasks(model, cpu_target)
 
 
-def test_two_sessions_resume_compile_and_verify(squeezenet, cpu_target, tmp_path):
-    model, tasks = squeezenet
+@pytest.fixture(scope="module")
+def small_net(cpu_target, tmp_path_factory):
+    """Convolutions, a residual add, a 1x1 conv, pooling and a classifier, at 16x16: a whole model that
+    compiles in seconds (squeezenet at 224x224 took 80 s here, most of it untuned kernels)."""
+    from helpers import make_tiny_onnx
+
+    path = make_tiny_onnx(
+        str(tmp_path_factory.mktemp("m") / "small.onnx"), batch=1, channels=16, extra_layer=True
+    )
+    model = load_model(path)
+    return model, extract_tasks(model, cpu_target)
+
+
+def test_two_sessions_resume_compile_and_verify(small_net, cpu_target, tmp_path):
+    model, tasks = small_net
     work = str(tmp_path / "work")
     s1 = TuningSession(tasks, cpu_target, work, search=SMALL, measure=FAST)
     defaults = s1.measure_defaults()
