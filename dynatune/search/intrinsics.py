@@ -26,7 +26,7 @@ import threading
 import types
 
 MODULE = "tvm.s_tir.tensor_intrin"
-GPU_SUBMODULES = ("cuda", "rocm", "hexagon", "metal")  # intrinsics no CPU target uses
+GPU_SUBMODULES = ("cuda", "rocm", "hexagon", "metal")  # intrinsics no x86/ARM/RISC-V CPU target uses
 _lock = threading.Lock()
 
 

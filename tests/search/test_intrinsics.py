@@ -39,10 +39,9 @@ def test_registry_imports_and_inspect_is_restored():
         "from tvm.s_tir.tensor_intrin import x86\n"
         "assert TensorIntrin.get(x86.VNNI_DOT_16x4_INTRIN) is not None\n"
         "assert (inspect.stack, inspect.getouterframes) == real\n"
-        "import time; t = time.perf_counter()\n"
         "assert 'tvm.s_tir.tensor_intrin.cuda' not in sys.modules  # the GPU intrinsics are left out ...\n"
-        "from tvm.s_tir.tensor_intrin.cuda import WMMA_SYNC_16x16x16_f16f16f32_INTRIN as wmma\n"
-        "assert TensorIntrin.get(wmma) is not None  # ... until a GPU rule imports them\n"
+        "from tvm.s_tir.tensor_intrin.hexagon import VRMPY_u8u8i32_INTRIN as vrmpy\n"
+        "assert TensorIntrin.get(vrmpy) is not None  # ... until imported (CUDA's took 7 s)\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
