@@ -39,11 +39,11 @@ def import_tensor_intrinsics() -> None:
             return
         saved = inspect.stack, inspect.getouterframes
         inspect.stack, inspect.getouterframes = light_stack, light_outer_frames
-        placeholders = {f"{MODULE}.{name}": types.ModuleType(f"{MODULE}.{name}") for name in GPU_SUBMODULES}
-        placeholders = {k: m for k, m in placeholders.items() if k not in sys.modules}
+        names = [f"{MODULE}.{name}" for name in GPU_SUBMODULES]
+        placeholders = {key: types.ModuleType(key) for key in names if key not in sys.modules}
         sys.modules.update(placeholders)
         try:
-            import tvm.s_tir.tensor_intrin as registry
+            import tvm.s_tir.tensor_intrin  # noqa: F401
         finally:
             inspect.stack, inspect.getouterframes = saved
             for key, placeholder in placeholders.items():
@@ -52,7 +52,6 @@ def import_tensor_intrinsics() -> None:
                 name = key.rsplit(".", 1)[1]
                 if getattr(sys.modules.get(MODULE), name, None) is placeholder:
                     delattr(sys.modules[MODULE], name)
-        del registry
 
 
 def light_outer_frames(frame, context: int = 1) -> list:
