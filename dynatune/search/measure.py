@@ -333,7 +333,7 @@ class Runner:
     def __init__(self, cfg: MeasureConfig, target, evaluator=None):
         """``evaluator``: the function timing one candidate in the runner worker (default: the adaptive
         evaluator, local or RPC); tests pass ones that crash or hang."""
-        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
+        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
 
         self.cfg = cfg
         self.evaluator = evaluator
@@ -368,7 +368,9 @@ class Runner:
             self.inner.pool.shutdown(wait=False)
             self.inner.pool = PopenPoolExecutor(max_workers=workers, timeout=rpc.session_timeout_sec + 10)
         else:
-            self.inner = LocalRunner(
+            from dynatune.search.local_runner import BatchLocalRunner
+
+            self.inner = BatchLocalRunner(
                 timeout_sec=cfg.timeout_s,
                 evaluator_config=self.evaluator_config,
                 f_run_evaluator=f,

@@ -188,6 +188,7 @@ class TuningSession:
             num_workers or usable_cores(),
             timeout_sec=self.search.build_timeout_s,
             artifact_dir=wd.build_dir(os.getpid()),
+            batched=not self.measure.rpc,  # a device farm uploads one library per candidate
         )
         self.runner = runner or make_runner(self.measure, target)
         self._relearn: set[str] = set()  # keys of the tasks whose records a fresh cost model has to learn
