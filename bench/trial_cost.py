@@ -2,6 +2,9 @@
 
     python bench/trial_cost.py ../shared/models/squeezenet1_1.onnx --rounds 4 --trials 32
 
+``python bench/trial_cost.py pipeline ...`` compares whole pipelines side by side instead (today's
+checkout against the new one, same seeds): see ``bench/pipeline_cost.py``.
+
 Fixed measurement protocol (MeasureConfig defaults). The first round on a task includes its one-off
 set-up (design space + search state); later rounds are the steady state the target (<= 1.0 s/trial)
 applies to.
@@ -24,7 +27,28 @@ from dynatune.model.importer import load_model  # noqa: E402
 from dynatune.search.session import SearchConfig, TuningSession  # noqa: E402
 
 
+def pipeline_main(argv) -> None:
+    from pipeline_cost import compare, parse_variant, table
+
+    ap = argparse.ArgumentParser(prog="trial_cost.py pipeline")
+    ap.add_argument("--model", action="append", default=[])
+    ap.add_argument("--budget", action="append", type=float, default=[])
+    ap.add_argument("--variant", action="append", default=[], help="NAME=CHECKOUT[:KEY=VALUE,...]")
+    ap.add_argument("--config")
+    ap.add_argument("--work", default="/tmp/dynatune-trial-cost")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "trial_cost.json"))
+    ap.add_argument("--table", action="store_true", help="print the results file as a table and exit")
+    args = ap.parse_args(argv)
+    variants = [parse_variant(v) for v in args.variant]
+    if not args.table:
+        config = os.path.abspath(args.config) if args.config else None
+        compare(args.model, args.budget or [240.0], variants, config, args.work, args.out)
+    print(table(json.load(open(args.out)), variants[0][0] if variants else "today"))
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["pipeline"]:
+        return pipeline_main(sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("--rounds", type=int, default=4)

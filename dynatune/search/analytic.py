@@ -145,6 +145,7 @@ def planned_decisions(plan: TilePlan):
     """A decision provider (per schedule) that gives the plan's tiles, in the order the design space
     samples them (spatial loops 4-way, reduction loops 2-way), the unroll of :data:`UNROLL_STEPS`, and
     every compute location at the root."""
+
     def provider_for(sch):
         spatial, reduction = iter(plan.spatial), iter(plan.reduction)
 

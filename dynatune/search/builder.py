@@ -7,9 +7,10 @@ reference to the intrinsic registry), and links candidates into a shared library
 runner only has to ``dlopen`` it. Workers are recycled after ``max_uses`` builds to bound TVM's known leak,
 and a worker that dies or hangs is replaced by the pool on the next call.
 
-Batches: each worker compiles its share of a batch as ONE module, candidate ``k`` its function
-``dynatune_candidate_k``, with one lowering session, one LLVM module and one link (a module's fixed cost,
-about 45 ms of a candidate's 240 ms of CPU, is paid once per share). A candidate's artifact is then
+Batches: a batch is cut into two shares per worker, and a worker compiles a share as ONE module,
+candidate ``k`` its function ``dynatune_candidate_k``, with one lowering session, one LLVM module and one
+link (a module's fixed cost, about 45 ms of a candidate's 240 ms of CPU, is paid once per share; two
+shares per worker keep both busy to the end of the batch). A candidate's artifact is then
 ``<library>::<function>`` (:func:`split_artifact`). A share that fails or times out is built again one
 candidate at a time, so a candidate that fails to build fails alone, with its own error.
 """
@@ -110,7 +111,7 @@ class PersistentBuilder(PyBuilder):
         inputs = [(bi.mod, bi.target) for bi in build_inputs]
         if not (self.batched and self.batch_fn is not None and len(inputs) > 1):
             return self._build_alone(inputs)
-        shares = _shares(len(inputs), self.max_workers)
+        shares = _shares(len(inputs), 2 * self.max_workers)  # two per worker: they finish closer together
         fn, out_dir = self.batch_fn, self.artifact_dir  # the lambda goes to the workers: no `self` in it
         outcomes = self._get_pool().map_with_error_catching(
             lambda share: fn([m for m, _ in share], share[0][1], out_dir),
@@ -154,9 +155,9 @@ class PersistentBuilder(PyBuilder):
         shutil.rmtree(self.artifact_dir, ignore_errors=True)
 
 
-def _shares(n: int, workers: int) -> list[list[int]]:
-    """Candidate indices ``0..n-1`` in at most ``workers`` contiguous shares of near-equal size."""
-    parts = max(1, min(n, workers))
+def _shares(n: int, parts: int) -> list[list[int]]:
+    """Candidate indices ``0..n-1`` in at most ``parts`` contiguous shares of near-equal size."""
+    parts = max(1, min(n, parts))
     size, extra = divmod(n, parts)
     out, start = [], 0
     for p in range(parts):

@@ -239,19 +239,24 @@ def record_json(record):
 
 
 def _tvm_to_plain(obj):
+    """TVM's JSON containers (arrays, maps, immediates) as plain Python; any other object as TVM's JSON
+    string of it. The imports are paid once per call, not once per node (a trace has thousands)."""
     import tvm
     from tvm.tirx import FloatImm, IntImm
     from tvm_ffi import Array, Map
 
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, (IntImm, FloatImm)):
-        return obj.value
-    if isinstance(obj, (Array, list, tuple)):
-        return [_tvm_to_plain(x) for x in obj]
-    if isinstance(obj, Map):
-        return {_tvm_to_plain(k): _tvm_to_plain(v) for k, v in obj.items()}
-    return tvm.ir.save_json(obj)
+    def plain(x):
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        if isinstance(x, (IntImm, FloatImm)):
+            return x.value
+        if isinstance(x, (Array, list, tuple)):
+            return [plain(y) for y in x]
+        if isinstance(x, Map):
+            return {plain(k): plain(v) for k, v in x.items()}
+        return tvm.ir.save_json(x)
+
+    return plain(obj)
 
 
 def _plain(x):

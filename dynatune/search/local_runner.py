@@ -1,10 +1,10 @@
 """The local runner: MetaSchedule's ``LocalRunner``, loading a batch's library once for all its candidates.
 
-A batch built by :class:`~dynatune.search.builder.PersistentBuilder` is one library per build worker, a
-function per candidate. The runner's worker keeps the libraries it loaded (the last two), so a batch
-costs one ``dlopen`` per library, not one per candidate. Each candidate is still its own call to the
-worker: a candidate that crashes the worker or hangs past ``timeout_sec`` fails alone, with its error,
-and the next one gets a fresh worker (which loads the library again).
+A batch built by :class:`~dynatune.search.builder.PersistentBuilder` is a few libraries (two shares per
+build worker), a function per candidate. The runner's worker keeps the libraries it loaded (the last
+four), so a batch costs one ``dlopen`` per library, not one per candidate. Each candidate is still its
+own call to the worker: a candidate that crashes the worker or hangs past ``timeout_sec`` fails alone,
+with its error, and the next one gets a fresh worker (which loads the library again).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunner, LocalRunner
 from dynatune.search.builder import split_artifact
 
 _LIBRARIES: OrderedDict = OrderedDict()  # in the worker: library path -> loaded module
-_KEEP = 2
+_KEEP = 4
 
 
 class _Candidate:

@@ -1,4 +1,5 @@
-"""Batches: candidates built as one library per build worker, timed from one load of it (real TVM)."""
+"""Batches: candidates built as a few libraries (two shares per build worker), each timed from one load of it
+(real TVM)."""
 
 import numpy as np
 import pytest
@@ -47,16 +48,17 @@ def builder(tmp_path):
     b.close()
 
 
-def test_a_batch_is_one_library_per_worker_and_a_candidate_that_fails_to_build_fails_alone(
+def test_a_batch_is_two_libraries_per_worker_and_a_candidate_that_fails_to_build_fails_alone(
     builder, cpu_target
 ):
     good, broken, _ = _vector_funcs()
-    built = builder.build(_inputs([good, good, good, good], cpu_target))
-    libraries = {split_artifact(b.artifact_path)[0] for b in built}
-    assert len(libraries) == 2 and all(split_artifact(b.artifact_path)[1] for b in built)
+    built = builder.build(_inputs([good] * 8, cpu_target))
+    libraries = [split_artifact(b.artifact_path)[0] for b in built]
+    assert libraries[0] == libraries[1] != libraries[2] and len(set(libraries)) == 4  # 2 workers x 2 shares
+    assert all(split_artifact(b.artifact_path)[1] for b in built)
 
-    built = builder.build(_inputs([good, broken, good, good, good], cpu_target))
-    assert [b.error_msg is None for b in built] == [True, False, True, True, True]
+    built = builder.build(_inputs([good, broken, good, good, good, good, good, good], cpu_target))
+    assert [b.error_msg is None for b in built] == [True, False] + [True] * 6
     assert "build failed" in built[1].error_msg and "(n,) are used" in built[1].error_msg
     runner = make_runner(FAST, cpu_target)
     try:
@@ -68,7 +70,7 @@ def test_a_batch_is_one_library_per_worker_and_a_candidate_that_fails_to_build_f
 
 def test_a_candidate_that_crashes_inside_a_batch_fails_alone_and_the_rest_are_measured(builder, cpu_target):
     good, _, crash = _vector_funcs()
-    built = builder.build(_inputs([good, crash, good, good], cpu_target))
+    built = builder.build(_inputs([good, crash, good, good, good, good, good, good], cpu_target))
     assert all(b.error_msg is None for b in built)
     assert (
         split_artifact(built[1].artifact_path)[0] == split_artifact(built[0].artifact_path)[0]
@@ -78,7 +80,7 @@ def test_a_candidate_that_crashes_inside_a_batch_fails_alone_and_the_rest_are_me
         results = _run(runner, built)
     finally:
         runner.close()
-    assert [r.error_msg is None for r in results] == [True, False, True, True]
+    assert [r.error_msg is None for r in results] == [True, False] + [True] * 6
     assert "Subprocess terminated" in results[1].error_msg
     assert all(
         len(r.run_secs) == 2 and all(float(s) > 0 for s in r.run_secs)

@@ -1,0 +1,97 @@
+"""Tuning seconds per measured candidate, whole pipeline, variants side by side (issue #29).
+
+    python bench/trial_cost.py pipeline --model ../shared/models/squeezenet1_1.onnx \
+        --model ../shared/models/mnasnet0_5.onnx --budget 240 \
+        --variant today=/tmp/base --variant new=. --variant new-fixed=.:measure.adaptive=false \
+        --config /tmp/bench_cfg.yaml
+
+A variant is ``NAME=CHECKOUT[:KEY=VALUE,...]``: ``dynatune tune`` of that checkout (a worktree of an older
+commit for "today"), with those ``--set`` overrides. For each budget and model the variants run one after
+the other, the order rotated from model to model (drift on a shared machine falls on every variant), each
+in a fresh work dir with the same seeds. The compile stage's timings are off (``compile.profile``,
+``measure_untuned``, ``measure_onnxruntime``): only the tuning is compared. From each run's
+``rounds.jsonl``: candidates measured, tuning seconds, seconds per candidate, the shares of search,
+build and measure, and the estimated latency (sum of weight x task latency) at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+OFF = ["compile.profile=false", "compile.measure_untuned=false", "compile.measure_onnxruntime=false"]
+
+
+def parse_variant(text: str) -> tuple[str, str, list[str]]:
+    name, _, rest = text.partition("=")
+    repo, _, sets = rest.partition(":")
+    return name, os.path.abspath(repo), [s for s in sets.split(",") if s]
+
+
+def run(repo: str, model: str, budget: float, work: str, sets: list[str], config: str | None) -> None:
+    cmd = [sys.executable, "-m", "dynatune.cli", "tune", *([config] if config else [])]
+    cmd += ["--model", model, "--budget", str(budget), "--work-dir", work, "--json"]
+    for s in OFF + sets:
+        cmd += ["--set", s]
+    out = subprocess.run(cmd, cwd=repo, env=dict(os.environ, PYTHONPATH=repo), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"tune failed ({out.returncode}): {out.stderr[-2000:]}")
+
+
+def rounds_figures(work: str) -> dict:
+    """A run's candidates, tuning seconds and their split, from its ``rounds.jsonl``."""
+    rounds = [json.loads(line) for line in open(os.path.join(work, "rounds.jsonl"))]
+    results = [r["result"] for r in rounds]
+    trials = sum(r["trials"] for r in results)
+    elapsed = rounds[-1]["elapsed_s"]
+    shares = {k: sum(r[k] for r in results) / elapsed for k in ("search_s", "build_s", "measure_s")}
+    return {
+        "candidates": trials,
+        "tuning_s": elapsed,
+        "s_per_candidate": elapsed / max(trials, 1),
+        "shares": shares,
+        "repeats_per_candidate": sum(r.get("repeats", 0) for r in results) / max(trials, 1),
+        "estimated_latency_ms": rounds[-1]["estimated_latency_s"] * 1e3,
+    }
+
+
+def compare(models, budgets, variants, config, work_root, out_path) -> dict:
+    results = json.load(open(out_path)) if os.path.exists(out_path) else {}
+    for budget in budgets:
+        for m, model in enumerate(models):
+            name = os.path.splitext(os.path.basename(model))[0]
+            order = variants[m % len(variants) :] + variants[: m % len(variants)]
+            for label, repo, sets in order:
+                work = os.path.join(work_root, f"{label}-{name}-{int(budget)}")
+                t0 = time.perf_counter()
+                run(repo, os.path.abspath(model), budget, work, sets, config)
+                row = rounds_figures(work) | {"wall_s": time.perf_counter() - t0, "sets": sets}
+                row["date"] = time.strftime("%Y-%m-%d %H:%M")
+                results.setdefault(str(int(budget)), {}).setdefault(name, {})[label] = row
+                json.dump(results, open(out_path, "w"), indent=1)
+                print(f"{budget:.0f} s {name} {label}: {json.dumps(row)}", flush=True)
+    return results
+
+
+def table(results: dict, base: str) -> str:
+    lines = [
+        f"| budget s | model | variant | candidates | s / candidate | vs {base} | search | build | measure "
+        f"| repeats / cand | estimate ms | vs {base} |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for budget, models in results.items():
+        for name, rows in models.items():
+            ref = rows.get(base)
+            for label, r in rows.items():
+                sh = r["shares"]
+                per = f"{r['s_per_candidate'] / ref['s_per_candidate']:.2f}x" if ref else "-"
+                est = f"{r['estimated_latency_ms'] / ref['estimated_latency_ms']:.3f}" if ref else "-"
+                lines.append(
+                    f"| {budget} | {name} | {label} | {r['candidates']} | {r['s_per_candidate']:.3f} | {per} "
+                    f"| {sh['search_s']:.0%} | {sh['build_s']:.0%} | {sh['measure_s']:.0%} "
+                    f"| {r['repeats_per_candidate']:.2f} | {r['estimated_latency_ms']:.3f} | {est} |"
+                )
+    return "\n".join(lines)
