@@ -36,7 +36,7 @@ def pipeline_main(argv) -> None:
     ap.add_argument("--variant", action="append", default=[], help="NAME=CHECKOUT[:KEY=VALUE,...]")
     ap.add_argument("--config")
     ap.add_argument("--work", default="/tmp/dynatune-trial-cost")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "trial_cost.json"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "pipeline_cost.json"))
     ap.add_argument("--table", action="store_true", help="print the results file as a table and exit")
     args = ap.parse_args(argv)
     variants = [parse_variant(v) for v in args.variant]
