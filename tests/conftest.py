@@ -17,12 +17,19 @@ os.environ["PYTHONPATH"] = ROOT + (
 # Prefect's local API server can take longer than its default 20 s to start on a loaded 2-core machine
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
-from helpers import make_tiny_onnx  # noqa: E402
+from helpers import make_tiny_onnx, prepare_prefect_home_template  # noqa: E402
 
 # The schedule library (on by default) is never the user's (~/.cache/dynatune): a session-wide one for
 # session fixtures, one per module for module fixtures (a registry fixture's v2 run starts from its v1 run,
 # as it would for a user), and one per test, so no test starts from another test's records.
 os.environ["DYNATUNE_LIBRARY_URL"] = f"sqlite:///{tempfile.mkdtemp(prefix='dynatune-library-')}/library.db"
+
+
+def pytest_collection_finish(session):
+    """The end-to-end tests (all in the slow tier) run Prefect in a migrated Prefect home
+    (helpers.prefect_home): its template is built in the background while the first tests run."""
+    if any(item.get_closest_marker("slow") for item in session.items):
+        prepare_prefect_home_template()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,8 +1,54 @@
 """Test helpers: paths to real models shipped by the onnx package, and a tiny generated model."""
 
 import os
+import threading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+_template_lock = threading.Lock()
+
+
+def _prefect_home_template(environ: dict | None = None) -> str:
+    """The session's migrated Prefect home, built on first use (once, whichever thread asks first) in the
+    environment ``environ`` (default: this process's)."""
+    import atexit
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    template = os.path.join(tempfile.gettempdir(), f"dynatune-tests-prefect-home-{os.getpid()}")
+    with _template_lock:
+        if not os.path.exists(os.path.join(template, "prefect.db")):
+            building = template + ".tmp"
+            shutil.rmtree(building, ignore_errors=True)
+            for d in (building, template):
+                atexit.register(shutil.rmtree, d, True)
+            env = {k: v for k, v in (environ or os.environ).items() if not k.startswith("PREFECT_")}
+            subprocess.run(
+                [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
+                env={**env, "PREFECT_HOME": building},
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
+            os.replace(building, template)
+    return template
+
+
+def prepare_prefect_home_template() -> None:
+    """Start building the session's migrated Prefect home in the background (11 s, mostly one process
+    migrating a database), so that the first test that needs one does not wait for all of it."""
+    environ = dict(os.environ)  # now: the tests change the environment as they run
+
+    def build():
+        try:
+            _prefect_home_template(environ)
+        except Exception:  # built again, in the foreground, by the first prefect_home() (and fails there)
+            pass
+
+    threading.Thread(target=build, name="prefect-home-template", daemon=True).start()
 
 
 def prefect_home(path) -> str:
@@ -10,26 +56,8 @@ def prefect_home(path) -> str:
     per test session. A fresh home's first flow run migrates Prefect's database, about 6 s of every run a
     test starts (a user's home is migrated once)."""
     import shutil
-    import subprocess
-    import sys
-    import tempfile
 
-    template = os.path.join(tempfile.gettempdir(), f"dynatune-tests-prefect-home-{os.getpid()}")
-    if not os.path.exists(os.path.join(template, "prefect.db")):
-        building = template + ".tmp"
-        shutil.rmtree(building, ignore_errors=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        subprocess.run(
-            [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
-            env={**env, "PREFECT_HOME": building},
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
-        os.replace(building, template)
-        import atexit
-
-        atexit.register(shutil.rmtree, template, True)
+    template = _prefect_home_template()
     path = os.fspath(path)
     if not os.path.exists(os.path.join(path, "prefect.db")):
         shutil.copytree(template, path, dirs_exist_ok=True)
@@ -74,6 +102,19 @@ LIGHT_MODELS = [
     "vgg19",
     "zfnet512",
 ]
+
+
+def import_and_extract(name: str) -> tuple[list, list]:
+    """The light model ``name`` imported and its tasks extracted for this machine's CPU (the ``cpu_target``
+    fixture's target), as plain data: (each input's shape, each task's (weight, FLOPs, key)). Run in a
+    worker process (tests/model/test_model.py)."""
+    from dynatune.machine.target import make_target
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
+
+    model = load_model(light_model(name))
+    tasks = extract_tasks(model, make_target())
+    return [list(i.shape) for i in model.inputs], [(t.weight, t.flops, t.key) for t in tasks]
 
 
 def make_tiny_onnx(path: str, batch="N", channels: int = 8, seed: int = 0, extra_layer: bool = False) -> str:

@@ -196,24 +196,32 @@ def mlflow_server(tmp_path_factory):
 
 @pytest.mark.slow
 def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
     uri = mlflow_server["uri"]
     home = tmp_path / "prefect-home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
     env.update(
         PYTHONPATH=ROOT,
-        PREFECT_HOME=prefect_home(home),
+        # the CLI tunes while the registry watcher does (below): each with its own Prefect home and schedule
+        # library, both in tmp_path, which is searched for the password
+        PREFECT_HOME=prefect_home(tmp_path / "prefect-home-cli"),
+        DYNATUNE_LIBRARY_URL=f"sqlite:///{tmp_path / 'cli-library.db'}",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         MLFLOW_TRACKING_URI=uri,
     )
+    prefect_home(home)
     model = make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1)
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(
-        f"model: {{path: {model}}}\nbudget_s: 4\nslot_s: 2\nwork_dir: {tmp_path / 'work'}\n"
+        f"model: {{path: {model}}}\nbudget_s: 2\nslot_s: 2\nwork_dir: {tmp_path / 'work'}\n"
         "search: {trials_per_iter: 4, population_size: 32}\n"
         "compile: {measure_untuned: false, measure_onnxruntime: false, profile: false}\n"
     )
-    # tune: the CLI, as a user runs it (Prefect's local mode, MLflow on the server)
-    out = subprocess.run(
+    # tune: the CLI, as a user runs it (Prefect's local mode, MLflow on the server), in the background
+    cli = ThreadPoolExecutor(1)
+    tuned = cli.submit(
+        subprocess.run,
         [sys.executable, "-m", "dynatune.cli", "tune", str(cfg), "--json"],
         env=env,
         cwd=str(tmp_path),
@@ -221,7 +229,6 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
         text=True,
         timeout=900,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
     # the registry watcher: a registered version, tuned by the flow (a subflow run with its parameters)
     monkeypatch.setenv("PREFECT_HOME", str(home))
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -247,6 +254,9 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
     finally:
         mlflow.set_tracking_uri(saved[0])
         mlflow.set_registry_uri(saved[1])
+        cli.shutdown()  # waits for the CLI's run
+    out = tuned.result()
+    assert out.returncode == 0, out.stderr[-3000:]
     needle = PASSWORD.encode()
     assert PASSWORD not in out.stdout + out.stderr
     assert _files_with(tmp_path, needle) == []  # work dirs, reports, Prefect's database and logs
@@ -268,7 +278,7 @@ def test_a_password_in_every_url_setting_and_in_tags_is_recorded_nowhere(tmp_pat
         f"library.url=sqlite:///{tmp_path / 'library.db'}?password={PASSWORD}",
         f"tracking.tags.source=http://alice:{PASSWORD}/#@host/x",
         f"tracking.tags.database=bob:{PASSWORD}%@dbhost:5432/db",
-        "budget_s=4",
+        "budget_s=2",
         "slot_s=2",
         "search={trials_per_iter: 4, population_size: 32}",
         "compile={measure_untuned: false, measure_onnxruntime: false, profile: false}",

@@ -153,7 +153,7 @@ def test_a_live_tuner_gives_the_scheduler_each_tasks_bound_and_headroom_beliefs(
         tasks,
         cpu_target,
         str(tmp_path / "work"),
-        search=SearchConfig(trials_per_iter=4),
+        search=SearchConfig(trials_per_iter=4, population_size=32),
         measure=MeasureConfig(repeat=3, min_repeat_ms=5),
     )
     roof = Roofline(peak_flops=5e12, bandwidth=1e11)  # out of reach: every task has headroom

@@ -14,17 +14,21 @@ pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
 def test_bench_live_tunes_each_scheduler_measures_and_resumes(tiny_onnx, tmp_path):
     out = tmp_path / "live"
+    base = tmp_path / "base.yaml"  # the final timing at once, even on a busy machine (test_load's part)
+    base.write_text("compile: {timing_attempts: 1}\nanchors: false\n")
     argv = [
         "bench",
         "live",
+        "--config",
+        str(base),
         "--model",
         tiny_onnx,
         "--shape",
         "x=1x3x16x16",
         "--budget",
-        "6",
+        "4",
         "--slot",
-        "3",
+        "2",
         "--trials-per-iter",
         "2",
         "--schedulers",
@@ -37,7 +41,7 @@ def test_bench_live_tunes_each_scheduler_measures_and_resumes(tiny_onnx, tmp_pat
     ]
     assert main(argv) == 0
     doc = json.loads((out / "live.json").read_text())
-    assert doc["budget_s"] == 6 and doc["slot_s"] == 3 and doc["seeds"] == [3]
+    assert doc["budget_s"] == 4 and doc["slot_s"] == 2 and doc["seeds"] == [3]
     (pair,) = doc["pairs"]
     assert pair["seed"] == 3 and set(pair["runs"]) == {"dynatune", "gradient"}
     for sch, run in pair["runs"].items():

@@ -20,7 +20,12 @@ class Killed(Exception):
 def test_recorder_adds_seeds_resumes_after_a_kill_and_refuses_other_settings(tmp_path, tiny_onnx):
     cfg = load_config(
         None,
-        ["search.trials_per_iter=4"],
+        [
+            "search.trials_per_iter=4",
+            "search.population_size=32",
+            "measure.repeat=3",
+            "measure.min_repeat_ms=5",
+        ],
         model=tiny_onnx,
         shapes={"x": (1, 3, 16, 16)},
         work_dir=str(tmp_path / "unused"),

@@ -12,9 +12,13 @@ from dynatune.compiler.profile import make_vm, write_profile
 from dynatune.compiler.runtime import onnxruntime_outputs, relax_vm
 from dynatune.compiler.timing import alternate, time_side_by_side
 from dynatune.errors import DynatuneError
+from dynatune.machine.load import QuietPolicy
 from dynatune.model.extract import extract_tasks
 from dynatune.model.importer import load_model
 from dynatune.search.session import TuningSession
+
+# time at once, even on a busy machine: waiting for a quiet one (and retrying) is tests/machine/test_load.py's
+NO_WAIT = QuietPolicy(probe_s=0.2, attempts=1)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +54,14 @@ def test_side_by_side_with_onnxruntime(tiny, cpu_target):
     assert sbs.as_dict()["rounds"] == 3
 
     rep = compile_and_verify(
-        model, cpu_target, None, str(d / "model.so"), threads=2, repeat=3, measure_untuned=False
+        model,
+        cpu_target,
+        None,
+        str(d / "model.so"),
+        threads=2,
+        repeat=3,
+        measure_untuned=False,
+        quiet=NO_WAIT,
     )
     assert rep.numerics_ok and rep.side_by_side_rounds == 3
     assert rep.ratio_vs_onnxruntime_min <= rep.ratio_vs_onnxruntime <= rep.ratio_vs_onnxruntime_max
@@ -60,7 +71,7 @@ def test_side_by_side_with_onnxruntime(tiny, cpu_target):
 def test_fresh_process_timing_and_a_bad_artifact_is_a_one_line_error(tiny, cpu_target, tmp_path):
     model, _, _ = tiny
     path = export(build(model, cpu_target, None), str(tmp_path / "model.so"))
-    sbs = time_in_fresh_process(path, model, threads=1, rounds=2, block_ms=20)
+    sbs = time_in_fresh_process(path, model, threads=1, rounds=2, block_ms=20, quiet=NO_WAIT)
     assert len(sbs.tvm_ms) == len(sbs.ort_ms) == 2 and all(x > 0 for x in sbs.tvm_ms + sbs.ort_ms)
     with pytest.raises(DynatuneError, match="missing.so against ONNX Runtime failed") as err:
         time_in_fresh_process(str(tmp_path / "missing.so"), model, rounds=1)
@@ -82,6 +93,7 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_
             block_ms=30,
             task_block_ms=5,
             peak_flops=100e9,
+            quiet=NO_WAIT,
         )
     finally:
         session.close()

@@ -121,6 +121,9 @@ def test_profile_accounts_for_the_models_time(embedding_run):
     assert {k["task"] for k in prof["kernels"] if k.get("task") is not None}  # kernels matched to tasks
     assert "profile.md" in os.listdir(d / "work" / "report")
     assert s["profile"]["model_ms"] == pytest.approx(prof["model_ms"])
+    # summary.json holds the profile's headline and the speed-up over the untuned model when they are taken
+    on_disk = json.load(open(d / "work" / "report" / "summary.json"))
+    assert on_disk["profile"] == s["profile"] and on_disk["speedup_vs_untuned"] == s["speedup_vs_untuned"] > 0
     # the final estimate counts what the kernels alone miss: the profile's residual
     assert s["residual_source"] == "final profile" and s["residual_ms"] == pytest.approx(prof["gap_ms"])
     assert s["estimated_model_latency_ms"] == pytest.approx(s["estimated_latency_ms"] + prof["gap_ms"])

@@ -4,10 +4,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers import LIGHT_MODELS, ROOT, light_model, make_tiny_onnx
+from helpers import LIGHT_MODELS, ROOT, import_and_extract, light_model, make_tiny_onnx
 
 from dynatune.errors import DynatuneError
-from dynatune.model.extract import extract_tasks
 from dynatune.model.importer import load_model, parse_shape
 
 BIG_LIGHT_MODELS = {"resnet50", "inception_v2", "shufflenet"}  # 12-30 s each: slow tier
@@ -16,19 +15,41 @@ BIG_LIGHT_MODELS = {"resnet50", "inception_v2", "shufflenet"}  # 12-30 s each: s
 IMPORTED_LIGHT_MODELS = [n for n in LIGHT_MODELS if n != "densenet121"]
 
 
+# the slowest first: the workers finish together
+IMPORT_ORDER = ["inception_v2", "resnet50", "shufflenet", "inception_v1", "squeezenet", "vgg19"]
+
+
+@pytest.fixture(scope="module")
+def light_imports(request):
+    """Each light model the session runs the test below on, imported and extracted in worker processes, as
+    many at a time as there are cores: one import is a single thread, nearly all of it TVM's FoldConstant
+    (inception_v2: 30 s). {name: future of helpers.import_and_extract(name)}."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    names = [
+        item.callspec.params["name"]
+        for item in request.session.items
+        if item.module is request.module and item.originalname == "test_light_models_import_and_extract"
+    ]
+    names.sort(key=lambda n: IMPORT_ORDER.index(n) if n in IMPORT_ORDER else len(IMPORT_ORDER))
+    workers = max(1, min(len(names), len(os.sched_getaffinity(0)), 4))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield {name: pool.submit(import_and_extract, name) for name in names}
+
+
 @pytest.mark.parametrize(
     "name",
     [pytest.param(n, marks=pytest.mark.slow) if n in BIG_LIGHT_MODELS else n for n in IMPORTED_LIGHT_MODELS],
 )
-def test_light_models_import_and_extract(name, cpu_target):
-    model = load_model(light_model(name))
-    assert model.inputs and all(d > 0 for i in model.inputs for d in i.shape)
-    tasks = extract_tasks(model, cpu_target)
+def test_light_models_import_and_extract(name, light_imports):
+    shapes, tasks = light_imports[name].result(timeout=600)
+    assert shapes and all(d > 0 for shape in shapes for d in shape)
     assert len(tasks) >= 5
-    for t in tasks:
-        assert t.weight >= 1 and t.flops >= 0 and len(t.key) == 16
-    assert len({t.key for t in tasks}) == len(tasks)
-    assert max(t.flops for t in tasks) > 1e6
+    for weight, flops, key in tasks:
+        assert weight >= 1 and flops >= 0 and len(key) == 16
+    assert len({key for _, _, key in tasks}) == len(tasks)
+    assert max(flops for _, flops, _ in tasks) > 1e6
 
 
 def test_weights_are_parameters_and_get_bound(tiny_onnx):
@@ -154,16 +175,13 @@ def test_task_keys_are_stable_across_processes_and_models(tmp_path):
         "print(json.dumps({x.name: x.key for x in extract_tasks(load_model(sys.argv[1]), t)}))"
     )
     env = dict(os.environ, PYTHONPATH=ROOT)
-    keys = [
-        json.loads(
-            subprocess.run(
-                [sys.executable, "-c", code, p], capture_output=True, text=True, env=env, check=True
-            )
-            .stdout.strip()
-            .splitlines()[-1]
-        )
+    procs = [  # the three processes at once
+        subprocess.Popen([sys.executable, "-c", code, p], stdout=subprocess.PIPE, text=True, env=env)
         for p in (a, a, b)
     ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    keys = [json.loads(out.strip().splitlines()[-1]) for out in outs]
     assert keys[0] == keys[1]
     shared = set(keys[0].values()) & set(keys[2].values())
     assert shared and len(set(keys[2].values()) - set(keys[0].values())) >= 1

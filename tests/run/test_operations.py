@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
 NAME = "tiny-net"
 FAST = {
-    "budget_s": 4,
+    "budget_s": 2,  # a round or two: the tests look at what was tuned and recorded, not how well
     "slot_s": 2,
     "search": {"trials_per_iter": 4, "population_size": 32},
     "measure": {"repeat": 3, "min_repeat_ms": 5},

@@ -23,11 +23,14 @@ def first_run(tmp_path_factory):
     cfg = d / "cfg.yaml"
     cfg.write_text(f"""
 model: {{path: {model}, shapes: {{x: [1, 3, 16, 16]}}}}  # ...bound by the config
-budget_s: 16
+budget_s: 10
 slot_s: 4
 work_dir: {d / "work"}
 search: {{trials_per_iter: 4, population_size: 32}}
 measure: {{repeat: 3, min_repeat_ms: 5}}
+# the final timing at once (waiting for a quiet machine is tests/machine/test_load.py's part); the untuned
+# model's timing and the profile are tests/compiler/test_vs_onnxruntime.py's
+compile: {{timing_attempts: 1, measure_untuned: false, profile: false}}
 tracking: {{run_name: e2e, tags: {{purpose: test}}}}
 """)
     p = _run(["tune", str(cfg), "--json"], str(d))
@@ -65,7 +68,7 @@ def test_flow_tracks_every_round_in_mlflow(first_run):
 
     on_disk = json.load(open(WorkDir(d / "work").summary))
     assert list(on_disk) == [k for k in RunSummary.model_fields if k in on_disk] == list(s)
-    assert {"mlflow_run_id", "mlflow_ui", "tracking_s", "profile", "speedup_vs_untuned"} <= set(on_disk)
+    assert {"mlflow_run_id", "mlflow_ui", "tracking_s"} <= set(on_disk)  # (profile...: test_vs_onnxruntime)
     assert RunSummary.load(WorkDir(d / "work").summary).mlflow_run_id == s["mlflow_run_id"]
     assert s["numerics_ok"] and s["max_rel_err"] < 1e-4
     anchors = json.load(open(WorkDir(d / "work").anchors))  # the beliefs' reachable floors
@@ -75,7 +78,7 @@ def test_flow_tracks_every_round_in_mlflow(first_run):
     run = client.get_run(s["mlflow_run_id"])
     assert run.data.tags["scheduler"] == "dynatune" and run.data.tags["model"] == "tiny"
     assert run.data.tags["purpose"] == "test" and "model_sha256" in run.data.tags
-    assert run.data.params["budget_s"] == "16.0"
+    assert run.data.params["budget_s"] == "10.0"
     hist = client.get_metric_history(run.info.run_id, "estimated_latency_ms")
     steps = sorted(m.step for m in hist)
     assert steps[0] == 0 and len(set(steps)) >= s["rounds"]
@@ -119,7 +122,9 @@ def test_compiled_library_loads_and_matches_onnxruntime(first_run):
 def test_rerun_continues_rounds(first_run):
     d, cfg, s, _ = first_run
     rounds_before = [json.loads(x) for x in open(d / "work" / "rounds.jsonl")]
-    p = _run(["tune", str(cfg), "--json", "--budget", str(s["elapsed_s"] + 6)], str(d))  # budget left: 6 s
+    # budget left: 4 s (a round); no final timing after compile + verify: this test does not look at it
+    args = ["--budget", str(s["elapsed_s"] + 4), "--set", "compile.measure_onnxruntime=false"]
+    p = _run(["tune", str(cfg), "--json", *args], str(d))
     assert p.returncode == 0, p.stderr[-3000:]
     s2 = json.loads(p.stdout.strip().splitlines()[-1])
     rounds_after = [json.loads(x) for x in open(d / "work" / "rounds.jsonl")]

@@ -134,7 +134,7 @@ def _kill_group(p) -> None:
 
 CONFIG = """
 model: {{path: {model}}}
-budget_s: 30
+budget_s: 12
 slot_s: 3
 work_dir: {work}
 search: {{trials_per_iter: 4, population_size: 32}}

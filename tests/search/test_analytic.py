@@ -77,7 +77,9 @@ def candidates_for(task, target, limit=2):
 
     from dynatune.machine.vector import vector_unit
     from dynatune.search.analytic import analytic_candidates
+    from dynatune.search.intrinsics import import_tensor_intrinsics
 
+    import_tensor_intrinsics()  # what TuneContext would import (20-110 s in a test process), fast
     ctx = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply", task_name=task.name)
     spaces = ctx.generate_design_space()
     return analytic_candidates(
@@ -143,9 +145,7 @@ def test_plan_splits_every_loop_exactly_and_balances_the_threads():
 
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
-@pytest.mark.parametrize(
-    "model", ["conv3x3", "conv1x1_strided_grouped", "depthwise", "matmul"]
-)
+@pytest.mark.parametrize("model", ["conv3x3", "conv1x1_strided_grouped", "depthwise", "matmul"])
 def test_analytic_candidates_compute_what_the_operator_does(isa, model, tmp_path):
     target = x86_target(isa)
     path = {

@@ -126,6 +126,5 @@ def test_estimate_leaves_out_a_failed_task_and_names_it(embedding_tasks, cpu_tar
     )
     assert (
         "leaves out 1 task(s) with no measured latency (default schedule failed, no tuned record): "
-        f"{failed.name}"
-        in text
+        f"{failed.name}" in text
     )

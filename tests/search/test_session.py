@@ -9,6 +9,7 @@ import pytest
 from helpers import randomized_light_model, run_in_plain_tvm
 
 from dynatune.compiler.compile import compare, compile_and_verify
+from dynatune.machine.load import QuietPolicy
 from dynatune.model.extract import extract_tasks
 from dynatune.model.importer import load_model
 from dynatune.search.database import TuningDatabase, _trim_partial_line, read_jsonl
@@ -73,7 +74,13 @@ def test_two_sessions_resume_compile_and_verify(small_net, cpu_target, tmp_path)
     assert s2.estimated_latency() <= est1
     assert s2.state(0).trials >= 8
     report = compile_and_verify(
-        model, cpu_target, s2.compile_database(), str(tmp_path / "model.so"), threads=2, repeat=3
+        model,
+        cpu_target,
+        s2.compile_database(),
+        str(tmp_path / "model.so"),
+        threads=2,
+        repeat=3,
+        quiet=QuietPolicy(probe_s=0.2, attempts=1),  # no waiting for a quiet machine: test_load's part
     )
     s2.close()
     assert report.numerics_ok and report.max_rel_err < 1e-4
@@ -109,10 +116,13 @@ def test_database_reopen_keeps_records(squeezenet, cpu_target, tmp_path):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
+    from dynatune.search.intrinsics import import_tensor_intrinsics
+
     _, tasks = squeezenet
     t = tasks[0]
     db = TuningDatabase(str(tmp_path / "db"))
     wl = db.workload(t.key, t.mod)
+    import_tensor_intrinsics()  # what TuneContext would import, fast
     ctx = ms.TuneContext(mod=t.mod, target=cpu_target, space_generator="post-order-apply")
     sch = ctx.generate_design_space()[0]  # a real (sampled) schedule trace
     db.commit(
