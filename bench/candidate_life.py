@@ -45,19 +45,17 @@ class Timed:
 def build_phases(mods, target, shares, out: dict) -> list[str]:
     """Build ``mods`` share by share as the builder does, each stage timed into ``out``; the libraries."""
     import tvm
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.support import cc
     from tvm.tirx.build import codegen_build, split_host_device_mods
+
+    from dynatune.search.builder import batch_module, without_layout_rewrite
 
     libs = []
     tmp = tempfile.mkdtemp()
     for s, share in enumerate(shares):
         t0 = time.perf_counter()
-        names = [f"c{k}" for k in share]
-        funcs = {
-            tvm.ir.GlobalVar(n): mods[k]["main"].with_attr("global_symbol", n) for n, k in zip(names, share)
-        }
-        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.IRModule(funcs))
+        mod, names = batch_module([mods[k] for k in share])
+        mod = without_layout_rewrite(mod)
         mod = tvm.tirx.transform.BindTarget(target.with_host(target))(mod)
         pipeline, finalize_host, _ = tvm.tirx.get_default_tir_pipeline(target)
         host, _ = split_host_device_mods(pipeline(mod))

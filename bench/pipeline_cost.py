@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
+
+from vs_onnxruntime import tune
 
 OFF = ["compile.profile=false", "compile.measure_untuned=false", "compile.measure_onnxruntime=false"]
 
@@ -29,16 +29,6 @@ def parse_variant(text: str) -> tuple[str, str, list[str]]:
     name, _, rest = text.partition("=")
     repo, _, sets = rest.partition(":")
     return name, os.path.abspath(repo), [s for s in sets.split(",") if s]
-
-
-def run(repo: str, model: str, budget: float, work: str, sets: list[str], config: str | None) -> None:
-    cmd = [sys.executable, "-m", "dynatune.cli", "tune", *([config] if config else [])]
-    cmd += ["--model", model, "--budget", str(budget), "--work-dir", work, "--json"]
-    for s in OFF + sets:
-        cmd += ["--set", s]
-    out = subprocess.run(cmd, cwd=repo, env=dict(os.environ, PYTHONPATH=repo), capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"tune failed ({out.returncode}): {out.stderr[-2000:]}")
 
 
 def rounds_figures(work: str) -> dict:
@@ -67,7 +57,7 @@ def compare(models, budgets, variants, config, work_root, out_path) -> dict:
             for label, repo, sets in order:
                 work = os.path.join(work_root, f"{label}-{name}-{int(budget)}")
                 t0 = time.perf_counter()
-                run(repo, os.path.abspath(model), budget, work, sets, config)
+                tune(repo, os.path.abspath(model), budget, work, config, OFF + sets)
                 row = rounds_figures(work) | {"wall_s": time.perf_counter() - t0, "sets": sets}
                 row["date"] = time.strftime("%Y-%m-%d %H:%M")
                 results.setdefault(str(int(budget)), {}).setdefault(name, {})[label] = row

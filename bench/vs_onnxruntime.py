@@ -30,25 +30,14 @@ from dynatune.run.summary import RunSummary  # noqa: E402
 
 
 def tune(
-    repo: str, model: str, budget: float, work: str, measure_every: float | None, config: str | None = None
+    repo: str, model: str, budget: float, work: str, config: str | None = None, sets=()
 ) -> tuple[RunSummary, float]:
-    """The run's summary (its ``--json`` line, from this or an older checkout) and its wall seconds."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "dynatune.cli",
-        "tune",
-        *([config] if config else []),
-        "--model",
-        model,
-        "--budget",
-        str(budget),
-        "--work-dir",
-        work,
-        "--json",
-    ]
-    if measure_every is not None:
-        cmd += ["--set", f"measure_every_s={measure_every}"]
+    """The run's summary (its ``--json`` line, from this or an older checkout) and its wall seconds;
+    ``sets``: ``--set KEY=VALUE`` overrides."""
+    cmd = [sys.executable, "-m", "dynatune.cli", "tune", *([config] if config else [])]
+    cmd += ["--model", model, "--budget", str(budget), "--work-dir", work, "--json"]
+    for s in sets:
+        cmd += ["--set", s]
     env = dict(os.environ, PYTHONPATH=repo)
     t0 = time.perf_counter()
     out = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
@@ -138,8 +127,8 @@ def main(argv=None) -> int:
                 os.path.abspath(model),
                 budget,
                 work,
-                args.measure_every,
                 os.path.abspath(args.config) if args.config else None,
+                [] if args.measure_every is None else [f"measure_every_s={args.measure_every}"],
             )
             fresh = time_fresh(os.path.abspath(model), s.artifact, args.rounds)
             row = {

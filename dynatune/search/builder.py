@@ -29,14 +29,29 @@ _FUNCTION_PREFIX = "dynatune_candidate_"
 _SEPARATOR = "::"
 
 
-def compile_scheduled(mod, target):
-    """A scheduled task module compiled as tuning measures it: weights taken as already laid out (the
-    layout-rewrite blocks removed), so its timing is the kernel's alone."""
-    import tvm
+def without_layout_rewrite(mod):
+    """A scheduled module with its weight layout-rewrite blocks removed: tuning times the kernel alone, on
+    weights taken as already laid out."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm.build(mod, target=target)
+    return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+
+
+def compile_scheduled(mod, target):
+    """A scheduled task module compiled as tuning measures it (:func:`without_layout_rewrite`)."""
+    import tvm
+
+    return tvm.build(without_layout_rewrite(mod), target=target)
+
+
+def batch_module(mods):
+    """Scheduled modules as ONE module, module ``k``'s ``main`` its function ``dynatune_candidate_k``; and
+    the functions' names."""
+    import tvm
+
+    names = [f"{_FUNCTION_PREFIX}{k}" for k in range(len(mods))]
+    funcs = {tvm.ir.GlobalVar(n): m["main"].with_attr("global_symbol", n) for n, m in zip(names, mods)}
+    return tvm.IRModule(funcs), names
 
 
 def _export(rt_mod, out_dir: str) -> str:
@@ -51,13 +66,10 @@ def build_and_export(mod, target, out_dir: str) -> str:
 
 
 def build_batch(mods, target, out_dir: str) -> list[str]:
-    """Worker side: compile scheduled modules as one library, module ``k``'s ``main`` as the function
-    ``dynatune_candidate_k``; one artifact per module (:func:`split_artifact`)."""
-    import tvm
-
-    names = [f"{_FUNCTION_PREFIX}{k}" for k in range(len(mods))]
-    funcs = {tvm.ir.GlobalVar(n): m["main"].with_attr("global_symbol", n) for n, m in zip(names, mods)}
-    path = _export(compile_scheduled(tvm.IRModule(funcs), target), out_dir)
+    """Worker side: compile scheduled modules as one library (:func:`batch_module`); one artifact per
+    module (:func:`split_artifact`)."""
+    mod, names = batch_module(mods)
+    path = _export(compile_scheduled(mod, target), out_dir)
     return [f"{path}{_SEPARATOR}{n}" for n in names]
 
 
@@ -81,18 +93,21 @@ class PersistentBuilder(PyBuilder):
         build_fn=build_and_export,
         batch_fn=None,
         batched: bool = True,
+        shares_per_worker: int = 2,
     ) -> None:
         """``build_fn(mod, target, out_dir) -> artifact path`` builds one candidate in a worker;
         ``batch_fn(mods, target, out_dir) -> artifact paths`` a worker's share of a batch (default:
         :func:`build_batch` when ``build_fn`` is the default, else none: tests pass failing ones).
         ``batched=False`` builds every candidate alone (what an RPC runner uploads). A share gets
-        ``timeout_sec``, as one candidate does."""
+        ``timeout_sec``, as one candidate does. ``shares_per_worker``: how finely a batch is cut (two: a
+        worker with one share idled while the other finished a heavier one; ``bench/build_shares.py``)."""
         super().__init__()
         self.build_fn = build_fn
         if batch_fn is None and build_fn is build_and_export:
             batch_fn = build_batch
         self.batch_fn = batch_fn
         self.batched = batched
+        self.shares_per_worker = shares_per_worker
         self.max_workers = max_workers
         self.timeout_sec = timeout_sec
         self.max_uses = max_uses
@@ -111,7 +126,7 @@ class PersistentBuilder(PyBuilder):
         inputs = [(bi.mod, bi.target) for bi in build_inputs]
         if not (self.batched and self.batch_fn is not None and len(inputs) > 1):
             return self._build_alone(inputs)
-        shares = _shares(len(inputs), 2 * self.max_workers)  # two per worker: they finish closer together
+        shares = _shares(len(inputs), self.shares_per_worker * self.max_workers)
         fn, out_dir = self.batch_fn, self.artifact_dir  # the lambda goes to the workers: no `self` in it
         outcomes = self._get_pool().map_with_error_catching(
             lambda share: fn([m for m, _ in share], share[0][1], out_dir),
@@ -167,10 +182,10 @@ def _shares(n: int, parts: int) -> list[list[int]]:
     return out
 
 
-def remove_artifact(path: str | None) -> None:
-    """Remove a candidate's library (with every other candidate of its batch)."""
-    if path:
-        shutil.rmtree(os.path.dirname(split_artifact(path)[0]), ignore_errors=True)
+def remove_artifacts(paths) -> None:
+    """Remove the candidates' libraries, each once (a batch's candidates share theirs)."""
+    for folder in {os.path.dirname(split_artifact(p)[0]) for p in paths if p}:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _noop() -> int:

@@ -3,6 +3,7 @@
 - ``xgb``: MetaSchedule's XGBoost model, with ``num_warmup_samples=0`` so it learns from the very first
   measured batch (the default, 100 samples across all tasks, means predicting at random for the whole of
   a small budget); saved by :mod:`dynatune.search.xgb_model` in a file that cannot run code.
+- Both learned models extract a candidate's features once (:mod:`dynatune.search.features`).
 - ``random``: random predictions (for ablations).
 - ``ensemble``: AdaTune's uncertainty-aware model (:mod:`dynatune.search.surrogate`).
 """
@@ -21,6 +22,7 @@ def make_cost_model(kind: str, seed: int = 0, contextual_exploration: bool = Fal
     from tvm.s_tir import meta_schedule as ms
 
     from dynatune.machine.target import usable_cores
+    from dynatune.search.features import cached_features
 
     if kind == "xgb":
         from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
@@ -32,13 +34,19 @@ def make_cost_model(kind: str, seed: int = 0, contextual_exploration: bool = Fal
             adaptive_training=True,
             verbose_eval=10**9,
             config=XGBConfig(nthread=usable_cores()),
+            extractor=cached_features(),
         )
     if kind == "random":
         return ms.cost_model.RandomModel(seed=seed)
     if kind == "ensemble":
         from dynatune.search.surrogate import EnsembleModel
 
-        return EnsembleModel(seed=seed, contextual_exploration=contextual_exploration, nthread=usable_cores())
+        return EnsembleModel(
+            seed=seed,
+            contextual_exploration=contextual_exploration,
+            nthread=usable_cores(),
+            extractor=cached_features(),
+        )
     raise ValueError(f"unknown cost model {kind!r}")
 
 

@@ -475,7 +475,7 @@ class TuningSession:
         from tvm.s_tir.meta_schedule.builder import BuilderInput
         from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
 
-        from dynatune.search.builder import remove_artifact
+        from dynatune.search.builder import remove_artifacts
 
         t0 = time.perf_counter()
         built = self.builder.build([BuilderInput(c.sch.mod, self.target) for c in cands])
@@ -491,7 +491,7 @@ class TuningSession:
         results = [RunnerResult(None, b.error_msg) for b in built]
         for k, fut in zip(idx, futures):
             results[k] = fut.result()
-            remove_artifact(built[k].artifact_path)
+        remove_artifacts(b.artifact_path for b in built)
         measure_s = time.perf_counter() - t0
         return results, build_s, measure_s
 

@@ -80,7 +80,7 @@ def test_defaults(tmp_path):
         m.timeout_s,
         m.cpu_cache_flush,
         m.rpc,
-    ) == (False, 5, 10, 1, 3, 10, 2, 0.02, 1.5, 30, False, None)
+    ) == (True, 5, 10, 1, 3, 10, 2, 0.02, 1.5, 30, False, None)
     assert (
         c.compile.verify,
         c.compile.rel_tol,
@@ -368,7 +368,7 @@ def test_config_hash_identity(tmp_path):
         assert load_config(None, [s]).config_hash() == h, s
     different = [
         "search.trials_per_iter=8",
-        "measure.adaptive=true",
+        "measure.adaptive=false",
         "scheduler.name=random",
         "scheduler.seed=1",
         "scheduler.params={a: 1}",

@@ -8,7 +8,7 @@ from helpers import make_tiny_onnx
 from dynatune.search.builder import PersistentBuilder, build_and_export, split_artifact
 from dynatune.search.measure import MeasureConfig, make_runner
 
-FAST = MeasureConfig(repeat=2, min_repeat_ms=1)
+FAST = MeasureConfig(adaptive=False, repeat=2, min_repeat_ms=1)  # exactly 2 repeats each
 
 
 def _vector_funcs():

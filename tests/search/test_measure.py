@@ -94,7 +94,7 @@ def test_clearly_slow_first_repeat_is_raced_after_one():
     cfg = MeasureConfig(adaptive=True)
     assert (
         why_stopped(cfg, [5e-3], 1e-3) == "raced"
-        and why_stopped(MeasureConfig(), [1e-3] * 5, None) == "fixed"
+        and why_stopped(MeasureConfig(adaptive=False), [1e-3] * 5, None) == "fixed"
     )
 
 

@@ -1,0 +1,86 @@
+"""Build seconds per candidate: alone, or in batches cut into 1, 2, 4 or 8 shares per worker (issue #29).
+
+    python bench/build_shares.py ../shared/models/squeezenet1_1.onnx --tasks 4 --rounds 3
+
+For each of the heaviest tasks, one search batch (``--batch`` candidates, the task's first: what the
+coverage pass builds) is built every way, the ways interleaved and their order rotated from round to
+round. Reported per way: the build's wall seconds per candidate (median over the rounds of the sum over
+the tasks) and its ratio to building alone, with the spread of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+WAYS = {"alone": None, "1 share/worker": 1, "2 shares/worker": 2, "4 shares/worker": 4, "8 shares/worker": 8}
+
+
+def main() -> None:
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from dynatune.machine.target import make_target, usable_cores
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
+    from dynatune.search.builder import PersistentBuilder, remove_artifacts
+    from dynatune.search.session import SearchConfig, TuningSession
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--tasks", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=16)
+    args = ap.parse_args()
+    target = make_target()
+    tasks = extract_tasks(load_model(args.model), target)
+    heavy = sorted(range(len(tasks)), key=lambda i: -tasks[i].flops * tasks[i].weight)[: args.tasks]
+    session = TuningSession(
+        tasks, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=args.batch)
+    )
+    batches = [
+        [BuilderInput(c.sch.mod, target) for c in session._context(i).generate_measure_candidates()]
+        for i in heavy
+    ]
+    n = sum(len(b) for b in batches)
+    builders = {
+        way: PersistentBuilder(usable_cores(), batched=s is not None, shares_per_worker=s or 1)
+        for way, s in WAYS.items()
+    }
+    for b in builders.values():
+        b.warm_up()
+    seconds = {way: [] for way in WAYS}
+    ways = list(WAYS)
+    for r in range(args.rounds):
+        for way in ways[r % len(ways) :] + ways[: r % len(ways)]:
+            total = 0.0
+            for batch in batches:
+                t0 = time.perf_counter()
+                built = builders[way].build(batch)
+                total += time.perf_counter() - t0
+                assert all(x.error_msg is None for x in built), [x.error_msg for x in built]
+                remove_artifacts(x.artifact_path for x in built)
+            seconds[way].append(total / n)
+            print(f"round {r} {way}: {total / n * 1e3:.1f} ms/candidate", flush=True)
+    out = {"candidates_per_round": n, "rounds": args.rounds}
+    for way, xs in seconds.items():
+        ratios = sorted(x / a for x, a in zip(xs, seconds["alone"]))
+        out[way] = {
+            "ms_per_candidate": statistics.median(xs) * 1e3,
+            "vs_alone": statistics.median(ratios),
+            "vs_alone_range": [ratios[0], ratios[-1]],
+        }
+    print(json.dumps(out, indent=1))
+    for b in builders.values():
+        b.close()
+    session.close()
+
+
+if __name__ == "__main__":
+    main()
