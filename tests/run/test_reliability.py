@@ -306,7 +306,7 @@ def _session(tiny, cpu_target, wd, trials_per_iter=4, timeout_s=30.0, build_fn=N
 
     faults.register()
     shutil.copytree(tiny[2], wd)
-    measure = MeasureConfig(repeat=3, min_repeat_ms=5, timeout_s=timeout_s)
+    measure = MeasureConfig(adaptive=False, repeat=3, min_repeat_ms=5, timeout_s=timeout_s)
     builder = PersistentBuilder(2, timeout_sec=15, build_fn=build_fn) if build_fn else None
     return TuningSession(
         tiny[1],
