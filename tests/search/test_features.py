@@ -43,9 +43,9 @@ def _arrays(tensors):
 
 
 def test_cached_features_equal_the_extractors_and_are_extracted_once(search):
-    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
     from tvm.ir import load_json, save_json
     from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
     from dynatune.search.features import cached_features
