@@ -5,34 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.search.test_surrogate import _matmul_mod
+from tests.search.test_surrogate import matmul_search
 
 
 @pytest.fixture(scope="module")
 def search():
-    """A real MetaSchedule search on a 64x64 matmul: its context and two batches of candidates."""
-    import tvm
+    """A real MetaSchedule search on a 64x64 matmul: its context and a batch of candidates."""
     from tvm.s_tir import meta_schedule as ms
 
-    from dynatune.search.intrinsics import import_tensor_intrinsics
-
-    import_tensor_intrinsics()
-    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
-    ctx = ms.TuneContext(
-        mod=_matmul_mod(),
-        target=target,
-        space_generator="post-order-apply",
-        search_strategy=ms.search_strategy.EvolutionarySearch(population_size=16, init_min_unmeasured=8),
-        task_name="mm64",
-        rand_state=3,
-        num_threads=1,
-    )
-    ctx.pre_tuning(
-        max_trials=64,
-        num_trials_per_iter=6,
-        design_spaces=ctx.generate_design_space(),
-        database=ms.database.MemoryDatabase(),
-        cost_model=ms.cost_model.RandomModel(seed=0),
+    ctx = matmul_search(
+        ms.cost_model.RandomModel(seed=0), max_trials=64, per_iter=6, rand_state=3, num_threads=1
     )
     yield ctx, list(ctx.generate_measure_candidates())
     ctx.post_tuning()

@@ -60,11 +60,10 @@ def _matmul_mod(n=64):
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
-@pytest.mark.slow
-def test_evolutionary_search_with_ensemble(tmp_path):
+def matmul_search(cost_model, *, max_trials: int, per_iter: int, rand_state: int, num_threads: int):
+    """A real MetaSchedule search on a 64x64 matmul with ``cost_model``: its TuneContext, pre-tuned."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from dynatune.search.intrinsics import import_tensor_intrinsics
 
@@ -72,7 +71,6 @@ def test_evolutionary_search_with_ensemble(tmp_path):
     target = tvm.target.Target(
         {"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(), "num-cores": 2}
     )
-    model = _model(seed=0, contextual_exploration=True, num_members=3, num_boost_round=20)
     strategy = ms.search_strategy.EvolutionarySearch(
         population_size=16, init_measured_ratio=0.2, init_min_unmeasured=8, genetic_num_iters=1
     )
@@ -82,16 +80,25 @@ def test_evolutionary_search_with_ensemble(tmp_path):
         space_generator="post-order-apply",
         search_strategy=strategy,
         task_name="mm64",
-        rand_state=1,
-        num_threads=2,
+        rand_state=rand_state,
+        num_threads=num_threads,
     )
     ctx.pre_tuning(
-        max_trials=32,
-        num_trials_per_iter=4,
+        max_trials=max_trials,
+        num_trials_per_iter=per_iter,
         design_spaces=ctx.generate_design_space(),
         database=ms.database.MemoryDatabase(),
-        cost_model=model,
+        cost_model=cost_model,
     )
+    return ctx
+
+
+@pytest.mark.slow
+def test_evolutionary_search_with_ensemble(tmp_path):
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    model = _model(seed=0, contextual_exploration=True, num_members=3, num_boost_round=20)
+    ctx = matmul_search(model, max_trials=32, per_iter=4, rand_state=1, num_threads=2)
     try:
         cands = ctx.generate_measure_candidates()  # untrained model: random predictions
         assert cands and len(cands) <= 4
