@@ -327,3 +327,11 @@ def plant_pickle(path, marker) -> None:
 
     with open(path, "wb") as f:
         pickle.dump({"format": "dynatune.surrogate.EnsembleModel/1", "data": PlantedPayload(str(marker))}, f)
+
+
+def no_wait_policy():
+    """Time at once, even on a busy machine: waiting for a quiet one (and retrying) is
+    tests/machine/test_load.py's."""
+    from dynatune.machine.load import QuietPolicy
+
+    return QuietPolicy(probe_s=0.2, attempts=1)

@@ -45,8 +45,8 @@ class RpcConfig(TypedDict, total=False):
 class MeasureConfig(Section):
     """How candidates are measured (the config's ``measure:``)."""
 
-    # adaptive by default: 0.77x and 0.63x the tuning seconds per candidate of the fixed protocol, and
-    # estimates 0.98x and 0.96x at 240 s (squeezenet1_1, mnasnet0_5; BENCHMARKS.md, session 16)
+    # adaptive by default: 0.60-0.77x the tuning seconds per candidate of the fixed protocol, estimates
+    # 0.96-1.05x at 240 s (squeezenet1_1, mnasnet0_5, two seeds; BENCHMARKS.md, session 16)
     adaptive: bool = True
     repeat: int = Field(5, ge=1)  # fixed protocol: repeats per candidate
     min_repeat_ms: int = Field(10, ge=0)  # each repeat loops the kernel for at least this long

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import no_wait_policy
 
 from dynatune.compiler.compile import build, compile_and_verify, export
 from dynatune.compiler.fresh_timing import time_in_fresh_process
@@ -12,13 +13,11 @@ from dynatune.compiler.profile import make_vm, write_profile
 from dynatune.compiler.runtime import onnxruntime_outputs, relax_vm
 from dynatune.compiler.timing import alternate, time_side_by_side
 from dynatune.errors import DynatuneError
-from dynatune.machine.load import QuietPolicy
 from dynatune.model.extract import extract_tasks
 from dynatune.model.importer import load_model
 from dynatune.search.session import TuningSession
 
-# time at once, even on a busy machine: waiting for a quiet one (and retrying) is tests/machine/test_load.py's
-NO_WAIT = QuietPolicy(probe_s=0.2, attempts=1)
+NO_WAIT = no_wait_policy()
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,9 @@ import os
 
 import numpy as np
 import pytest
-from helpers import randomized_light_model, run_in_plain_tvm
+from helpers import no_wait_policy, randomized_light_model, run_in_plain_tvm
 
 from dynatune.compiler.compile import compare, compile_and_verify
-from dynatune.machine.load import QuietPolicy
 from dynatune.model.extract import extract_tasks
 from dynatune.model.importer import load_model
 from dynatune.search.database import TuningDatabase, _trim_partial_line, read_jsonl
@@ -80,7 +79,7 @@ def test_two_sessions_resume_compile_and_verify(small_net, cpu_target, tmp_path)
         str(tmp_path / "model.so"),
         threads=2,
         repeat=3,
-        quiet=QuietPolicy(probe_s=0.2, attempts=1),  # no waiting for a quiet machine: test_load's part
+        quiet=no_wait_policy(),
     )
     s2.close()
     assert report.numerics_ok and report.max_rel_err < 1e-4
