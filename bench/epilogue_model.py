@@ -11,7 +11,7 @@ MatMul(32->128) -> GELU written with Erf -> MatMul(128->32) -> Softmax. Input 1x
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import numpy as np
 
@@ -114,6 +114,8 @@ def make_relu6(path: str, seed: int = 0, blocks: int = 3) -> str:
 
 
 if __name__ == "__main__":
-    kind = sys.argv[2] if len(sys.argv) > 2 else "epilogue"
-    path = sys.argv[1] if len(sys.argv) > 1 else "/tmp/epilogue.onnx"
-    print((make_relu6 if kind == "relu6" else make)(path))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("path", nargs="?", default="/tmp/epilogue.onnx", help="where the ONNX model is written")
+    ap.add_argument("kind", nargs="?", choices=("epilogue", "relu6"), default="epilogue")
+    args = ap.parse_args()
+    print((make_relu6 if args.kind == "relu6" else make)(args.path))
