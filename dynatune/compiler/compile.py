@@ -36,6 +36,7 @@ from dynatune.errors import DynatuneError
 from dynatune.machine.load import QuietPolicy
 from dynatune.machine.target import gpu_default_schedule
 from dynatune.model.extract import Lowering, backend_passes, fuse_passes
+from dynatune.model.placement import concat_functions, place
 
 VERIFY_INPUTS = 3  # seeded random inputs the compiled model is checked on
 
@@ -97,10 +98,13 @@ def build(model, target, database=None, lowering: Lowering = Lowering()):
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):
         mod = tvm.transform.Sequential(fuse_passes(target, lowering))(mod)
+        # the concatenations to place, recognised before their schedules are applied
+        concats = concat_functions(mod) if lowering.places_concats(target) else {}
         if database is not None:
             mod = MetaScheduleApplyDatabase(enable_warning=False)(mod)
         if prepack:
             mod = tvm.transform.Sequential(weight_prepack_passes())(mod)
+        mod = place(mod, concats)
         if is_gpu:
             mod = gpu_default_schedule()(mod)
         return tvm.transform.Sequential(

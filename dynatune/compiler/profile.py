@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -39,6 +40,7 @@ import numpy as np
 from dynatune.compiler.residual import TaskTimers, kernels_alone_ms
 from dynatune.compiler.timing import vm_block_timer
 from dynatune.machine.load import LoadProbe, QuietPolicy, quiet_or_wait
+from dynatune.model.placement import PLACED
 
 NOOP_CALL = "vm.builtin.null_value"
 
@@ -200,6 +202,12 @@ def profile_model(
 PREPACKED = "_prepacked"  # the suffix SplitLayoutRewritePreproc gives a kernel that reads packed weights
 
 
+def kernel_task_name(symbol: str) -> str:
+    """The name of the task a compiled kernel comes from: its symbol less the suffixes of prepacking and of
+    a placed concatenation's producer (:mod:`dynatune.model.placement`)."""
+    return re.sub(f"{PLACED}\\d*$", "", symbol).removesuffix(PREPACKED)
+
+
 def summarize(
     model_ms: list[float],
     runs: list[dict],
@@ -218,7 +226,7 @@ def summarize(
         calls = int(np.median([r.get(sym, [0, 0.0])[0] for r in runs]))
         cost = 0.0 if sym in kernels else overhead
         secs = float(np.median([max(0.0, r[sym][1] - r[sym][0] * cost) if sym in r else 0.0 for r in runs]))
-        t = by_name.get(sym) or by_name.get(sym.removesuffix(PREPACKED))  # a tuned kernel on packed weights
+        t = by_name.get(sym) or by_name.get(kernel_task_name(sym))  # tuned on packed weights, or placed
         rows.append(
             KernelRow(
                 sym,

@@ -55,6 +55,9 @@ class Lowering:
     conv_layout: str = "auto"
     # CPU targets: exp/erf/tanh/sigmoid/softmax/GELU as vectorizable polynomials (dynatune.model.fast_math)
     fast_math: bool = True
+    # a concatenation's producers write into their slices of it (dynatune.model.placement): the
+    # concatenation's own task is not extracted
+    place_concat: bool = True
 
     def prepacks(self, target) -> bool:
         return uses_prepack(target, self.prepack)
@@ -66,13 +69,20 @@ class Lowering:
 
         return bool(self.fast_math) and not BackendDispatcher.is_gpu_target(target)
 
+    def places_concats(self, target) -> bool:
+        """Whether concatenations are placed for ``target``: as asked on CPU targets, never on GPU targets
+        (their default schedules are not verified on a producer that writes a slice)."""
+        from tvm.relax.pipeline import BackendDispatcher
+
+        return bool(self.place_concat) and not BackendDispatcher.is_gpu_target(target)
+
     def describe(self, target) -> str:
         """What changes the tasks, resolved for ``target`` (part of the task cache's key)."""
         from dynatune.model.layout import resolve_conv_layout
 
         return (
             f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
-            f"|fast_math={self.fast_maths(target)}"
+            f"|fast_math={self.fast_maths(target)}|place_concat={self.places_concats(target)}"
         )
 
 
@@ -167,10 +177,13 @@ def extract_tasks(model, target, lowering: Lowering = Lowering()) -> list[Task]:
 
     fused = fuse(model.bound_module(), target, lowering)
     extracted = ms.relax_integration.extract_tasks(fused, target, module_equality="structural")
+    placed = placed_concat_keys(fused) if lowering.places_concats(target) else set()
     tasks = []
     for ex in extracted:
         mod = ex.dispatched[0]
         if mod.attrs is not None and mod.attrs.get("tirx.is_scheduled", False):
+            continue
+        if task_key(mod) in placed:  # the compiled model never calls it
             continue
         try:
             flops = float(estimate_tir_flops(mod))
@@ -181,3 +194,26 @@ def extract_tasks(model, target, lowering: Lowering = Lowering()) -> list[Task]:
     for i, t in enumerate(tasks):
         t.index = i
     return tasks
+
+
+def placed_concat_keys(fused) -> set[str]:
+    """The task keys of the concatenations that every call site of places
+    (:mod:`dynatune.model.placement`): they are compiled away, so they are not tuned."""
+    from tvm import relax
+
+    from dynatune.model.placement import concat_functions, placed_concats
+
+    concats = concat_functions(fused)
+    placed = {p.concat_var for p in placed_concats(fused, concats)}
+    keys_placed, keys_kept = set(), set()
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod as normalize
+
+    for block in fused["main"].body.blocks:
+        for b in block.bindings:
+            value = getattr(b, "value", None)
+            if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
+                name = value.args[0].name_hint
+                if name in concats:
+                    key = task_key(normalize(fused[value.args[0]]))
+                    (keys_placed if b.var in placed else keys_kept).add(key)
+    return keys_placed - keys_kept

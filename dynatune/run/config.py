@@ -93,6 +93,8 @@ class CompileSection(Section):
     prepack: bool = Lowering.prepack  # CPU targets: tuned conv/dense/matmul kernels pick their weight layout
     conv_layout: OneOf(lambda: CONV_LAYOUTS) = Lowering.conv_layout  # auto: NHWC on CPU (model.layout)
     fast_math: bool = Lowering.fast_math  # CPU: exp/erf/tanh/sigmoid/softmax/GELU as vectorizable polynomials
+    # producers of a concatenation write into their slice of it: no copy kernel (model.placement)
+    place_concat: bool = Lowering.place_concat
     # a timing against ONNX Runtime on a busy machine is tried this many times, timing_wait_s apart, before
     # it is kept as taken under load (dynatune.machine.load)
     timing_attempts: int = Field(3, ge=1)
@@ -100,7 +102,12 @@ class CompileSection(Section):
 
     def lowering(self) -> Lowering:
         """How the model is lowered to tasks (extraction and compile share it)."""
-        return Lowering(prepack=self.prepack, conv_layout=self.conv_layout, fast_math=self.fast_math)
+        return Lowering(
+            prepack=self.prepack,
+            conv_layout=self.conv_layout,
+            fast_math=self.fast_math,
+            place_concat=self.place_concat,
+        )
 
     def quiet(self):
         """When a timing against ONNX Runtime counts as quiet, and how often it is tried on a busy machine."""
@@ -341,9 +348,7 @@ def _read_yaml(path: str, source: str):
     if os.path.isdir(path):
         raise DynatuneError(f"config {source} is a directory, not a YAML file")
     if _is_onnx(path):
-        raise DynatuneError(
-            f"{source} is an ONNX model, not a YAML config", f"use --model {source}"
-        )
+        raise DynatuneError(f"{source} is an ONNX model, not a YAML config", f"use --model {source}")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
