@@ -52,11 +52,11 @@ import time
 import numpy as np
 
 import dynatune  # noqa: F401  (before TVM: its thread pool as dynatune runs it, TVM_NUM_THREADS)
+from dynatune.model.winograd import RULES as WINOGRAD_RULES
+from dynatune.model.winograd import TILE  # F(4x4, 3x3): the output tile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = sorted(glob.glob(os.path.join(ROOT, "..", "shared", "models", "*.onnx")))
-TILE = 4  # F(4x4, 3x3): output tile m
-WINOGRAD_RULES = ("conv2d_nhwc_winograd_data_pack", "conv2d_nhwc_winograd_inverse")
 
 
 # -- the shapes ----------------------------------------------------------------------------------------------
@@ -137,76 +137,28 @@ def matching_task(tasks, s: dict):
 
 
 def winograd_module(s: dict):
-    """TOPI's NHWC Winograd (``_conv2d_winograd_nhwc_impl``, tile 4) with ``kernel_pack`` an input, + bias +
-    ReLU: ``main(data[1,H,W,CI], kernel_pack[6,6,CO,CI], bias[1,1,1,CO], out[1,OH,OW,CO])``."""
+    """dynatune's Winograd stages (:func:`dynatune.model.winograd.winograd_conv`, TOPI's, tile 4) with
+    ``kernel_pack`` an input (layout-free: the tuned kernel may repack it), + bias + ReLU:
+    ``main(data[1,H,W,CI], kernel_pack[6,6,CO,CI], bias[1,1,1,CO], out[1,OH,OW,CO])``."""
     import tvm
-    from tvm import te, topi
-    from tvm.topi.nn.winograd_util import winograd_transform_matrices
+    from tvm import te
 
-    m, r = TILE, 3
-    alpha = m + r - 1
-    ci_, co_, h, w, pad = s["ci"], s["co"], s["h"], s["w"], s["pad"]
-    A, B, _ = winograd_transform_matrices(m, r, "float32")
-    data = te.placeholder((1, h, w, ci_), name="data")
-    kernel_pack = te.placeholder((alpha, alpha, co_, ci_), name="kernel_pack")
-    bias = te.placeholder((1, 1, 1, co_), name="bias")
-    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
-    nh, nw = (oh + m - 1) // m, (ow + m - 1) // m
-    p_ = nh * nw
-    extra_h, extra_w = (nh - 1) * m + alpha - (h + 2 * pad), (nw - 1) * m + alpha - (w + 2 * pad)
-    data_pad = topi.nn.pad(
-        data,
-        (0, pad, pad, 0),
-        (0, pad + extra_h, pad + extra_w, 0),
-        name="data_pad",
-        attrs={"schedule_rule": "None"},
-    )
-    input_tile = te.compute(
-        (alpha, alpha, p_, ci_),
-        lambda eps, nu, p, c: data_pad[0, (p // nw) * m + eps, (p % nw) * m + nu, c],
-        name="input_tile",
-        attrs={"schedule_rule": "None"},
-    )
-    r_a, r_b = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
-    data_pack = te.compute(
-        (alpha, alpha, p_, ci_),
-        lambda eps, nu, p, c: te.sum(input_tile[r_a, r_b, p, c] * B[r_a, eps] * B[r_b, nu], axis=[r_a, r_b]),
-        name="data_pack",
-        attrs={
-            "auto_scheduler_simplify_const_tensor_indices": ["eps", "nu", "r_a", "r_b"],
-            "schedule_rule": WINOGRAD_RULES[0],
-        },
-    )
-    rc = te.reduce_axis((0, ci_), name="ci")
-    bgemm = te.compute(
-        (alpha, alpha, p_, co_),
-        lambda eps, nu, p, co: te.sum(data_pack[eps, nu, p, rc] * kernel_pack[eps, nu, co, rc], axis=[rc]),
-        name="bgemm",
-        # as TOPI's pre-computed path: the transformed weight may be re-laid out, and write_cache_level 2
-        attrs={"layout_free_placeholders": [kernel_pack], "meta_schedule.write_cache_level": [2]},
-    )
-    r_a, r_b = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
-    inverse = te.compute(
-        (m, m, p_, co_),
-        lambda vh, vw, p, co: te.sum(bgemm[r_a, r_b, p, co] * A[r_a, vh] * A[r_b, vw], axis=[r_a, r_b]),
-        name="inverse",
-        attrs={
-            "auto_scheduler_simplify_const_tensor_indices": ["vh", "vw", "r_a", "r_b"],
-            "schedule_rule": WINOGRAD_RULES[1],
-        },
-    )
-    conv = te.compute(
-        (1, oh, ow, co_),
-        lambda n, y, x, co: inverse[y % m, x % m, (y // m) * nw + x // m, co],
-        name="conv2d_winograd",
-    )
+    from dynatune.model.winograd import winograd_conv
+
+    alpha = TILE + 2
+    data = te.placeholder((1, s["h"], s["w"], s["ci"]), name="data")
+    kernel_pack = te.placeholder((alpha, alpha, s["co"], s["ci"]), name="kernel_pack")
+    bias = te.placeholder((1, 1, 1, s["co"]), name="bias")
+    conv = winograd_conv(data, kernel_pack, s["pad"])
     out = te.compute(
         conv.shape,
         lambda n, y, x, co: te.max(conv[n, y, x, co] + bias[0, 0, 0, co], tvm.tirx.const(0.0, "float32")),
         name="T_relu",
     )
-    func = te.create_prim_func([data, kernel_pack, bias, out]).with_attr("global_symbol", "main")
-    return tvm.IRModule({"main": func})
+    func = te.create_prim_func([data, kernel_pack, bias, out])
+    return tvm.IRModule(
+        {"main": func.with_attr("global_symbol", "main").with_attr("layout_free_buffers", [1])}
+    )
 
 
 def transform_weight(weight_oihw: np.ndarray) -> np.ndarray:
@@ -350,7 +302,7 @@ def main() -> None:
     isa = "avx512f" if "avx512f" in isa_flags else "avx2" if "avx2" in isa_flags else "other"
     print(f"target {target}; {cpu} ({isa}); TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')}", flush=True)
     rules = RuleCalls()
-    builder = PersistentBuilder(max_workers=cores)
+    builder = PersistentBuilder(max_workers=cores, batched=False)  # MetaSchedule's runner: one library each
 
     shapes, model_flops, notes = [], {}, []
     for path in args.model or MODELS:

@@ -136,23 +136,27 @@ def ort_block_timer(sess, inputs, block_ms: float):
     return block
 
 
-def alternate(first, second, rounds: int, pause_s: float = 0.0) -> tuple[list[float], list[float]]:
-    """Run ``first`` and ``second`` (block timers) ``rounds`` times each, swapping their order every
-    round, after one warm-up run of each, ``pause_s`` between blocks; returns both lists of results."""
+def interleave(timers, rounds: int, pause_s: float = 0.0) -> list[list[float]]:
+    """Run every block timer in ``timers`` ``rounds`` times, their order reversed every other round, after
+    one warm-up run of each, ``pause_s`` between blocks; returns each timer's list of results."""
 
     def paused(f):
         time.sleep(pause_s)
         return f()
 
-    paused(first), paused(second)
-    a, b = [], []
+    for f in timers:
+        paused(f)
+    results: list[list[float]] = [[] for _ in timers]
     for r in range(rounds):
-        if r % 2 == 0:
-            a.append(paused(first))
-            b.append(paused(second))
-        else:
-            b.append(paused(second))
-            a.append(paused(first))
+        order = range(len(timers)) if r % 2 == 0 else reversed(range(len(timers)))
+        for k in order:
+            results[k].append(paused(timers[k]))
+    return results
+
+
+def alternate(first, second, rounds: int, pause_s: float = 0.0) -> tuple[list[float], list[float]]:
+    """:func:`interleave` of two block timers: the order swapped every round."""
+    a, b = interleave([first, second], rounds, pause_s)
     return a, b
 
 

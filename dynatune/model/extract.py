@@ -58,6 +58,8 @@ class Lowering:
     # a concatenation's producers write into their slices of it (dynatune.model.placement): the
     # concatenation's own task is not extracted
     place_concat: bool = True
+    # CPU targets, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (dynatune.model.winograd)
+    winograd: bool = False
 
     def prepacks(self, target) -> bool:
         return uses_prepack(target, self.prepack)
@@ -76,6 +78,17 @@ class Lowering:
 
         return bool(self.place_concat) and not BackendDispatcher.is_gpu_target(target)
 
+    def winograds(self, target) -> bool:
+        """Whether eligible convolutions are lowered as Winograd for ``target``: as asked on CPU targets whose
+        convolutions are in NHWC, never otherwise."""
+        from dynatune.model.layout import resolve_conv_layout
+
+        return (
+            bool(self.winograd)
+            and not _is_gpu(target)
+            and resolve_conv_layout(target, self.conv_layout) == "NHWC"
+        )
+
     def describe(self, target) -> str:
         """What changes the tasks, resolved for ``target`` (part of the task cache's key)."""
         from dynatune.model.layout import resolve_conv_layout
@@ -83,7 +96,14 @@ class Lowering:
         return (
             f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
             f"|fast_math={self.fast_maths(target)}|place_concat={self.places_concats(target)}"
+            f"|winograd={self.winograds(target)}"
         )
+
+
+def _is_gpu(target) -> bool:
+    from tvm.relax.pipeline import BackendDispatcher
+
+    return BackendDispatcher.is_gpu_target(target)
 
 
 def uses_prepack(target, prepack: bool = True) -> bool:
@@ -119,8 +139,13 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
     ]
     if lowering.fast_maths(target):
         passes.append(fast_math_pass())
+    legalize = None
+    if lowering.winograds(target):
+        from dynatune.model.winograd import legalize as winograd_or_direct
+
+        legalize = {"relax.nn.conv2d": winograd_or_direct}
     passes += [
-        relax.transform.LegalizeOps(),
+        relax.transform.LegalizeOps(customize_legalize_map=legalize),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

@@ -56,6 +56,8 @@ def conv_layout_passes(layout: str | None) -> list:
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),
         _convert_or_keep(layout, _KERNEL_LAYOUT[layout]),
+        # ConvertLayout converts a tensor once per reader (the input of ``x + block(x)`` twice): one is kept
+        relax.transform.EliminateCommonSubexpr(call_only=True),
     ]
 
 

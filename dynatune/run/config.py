@@ -95,6 +95,8 @@ class CompileSection(Section):
     fast_math: bool = Lowering.fast_math  # CPU: exp/erf/tanh/sigmoid/softmax/GELU as vectorizable polynomials
     # producers of a concatenation write into their slice of it: no copy kernel (model.placement)
     place_concat: bool = Lowering.place_concat
+    # CPU, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (model.winograd); changes their keys
+    winograd: bool = Lowering.winograd
     # a timing against ONNX Runtime on a busy machine is tried this many times, timing_wait_s apart, before
     # it is kept as taken under load (dynatune.machine.load)
     timing_attempts: int = Field(3, ge=1)
@@ -107,6 +109,7 @@ class CompileSection(Section):
             conv_layout=self.conv_layout,
             fast_math=self.fast_math,
             place_concat=self.place_concat,
+            winograd=self.winograd,
         )
 
     def quiet(self):

@@ -188,3 +188,11 @@ def test_tuned_prepacked_producers_are_placed(cpu_target, tmp_path):
     dev = tvm.cpu()
     check = verify(relax_vm(executable, dev), model, dev, threads=2)
     assert check.ok and check.max_rel_err < 1e-5, check
+
+
+def test_placement_is_part_of_the_lowering_on_cpu_targets_only(cpu_target):
+    import tvm
+
+    assert Lowering().places_concats(cpu_target) and not OFF.places_concats(cpu_target)
+    assert not Lowering().places_concats(tvm.target.Target("cuda"))
+    assert Lowering().describe(cpu_target) != OFF.describe(cpu_target)  # the task cache tells them apart

@@ -321,6 +321,24 @@ def test_no_transpose_between_layers_and_the_activation_fuses_into_the_convoluti
     assert any(MODELS[name][1] in c for c in convs), convs
 
 
+def test_an_input_read_by_two_layers_is_converted_once(cpu_target, tmp_path):
+    """``x + block(x)``: the convolution and the residual add both read the input in NHWC; ConvertLayout
+    writes one transpose per reader, and the lowering keeps one."""
+    from tvm import relax
+
+    fused = fuse(_model("residual_from_the_input", tmp_path).bound_module(), cpu_target)
+    x = fused["main"].params[0]
+    on_input = [
+        b.value.args[0].name_hint
+        for block in fused["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call)
+        and getattr(b.value.op, "name", "") == "relax.call_tir"
+        and any(a.same_as(x) for a in b.value.args[1].fields)
+    ]
+    assert len(on_input) == 1 and "transpose" in on_input[0], on_input
+
+
 WITHOUT_THE_REWRITE = ["clip", "clip_opset6", "hardswish", "leakyrelu", "pad_depthwise", "unsqueezed_scale"]
 WITHOUT_THE_REWRITE += ["residual_from_the_input"]
 

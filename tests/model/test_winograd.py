@@ -1,0 +1,140 @@
+"""Winograd F(4x4, 3x3) in the lowering (``compile.winograd``): eligible 3x3 stride-1 convolutions become a
+Winograd task with its bias and ReLU fused, the weight transform is folded at compile time, the others
+stay direct, and the model matches ONNX Runtime to well under 1e-4."""
+
+import re
+
+import numpy as np
+import pytest
+
+from dynatune.compiler.compile import build, verify
+from dynatune.compiler.runtime import relax_vm
+from dynatune.model.extract import Lowering, extract_tasks
+from dynatune.model.importer import load_model
+from dynatune.model.winograd import RULES
+
+ON = Lowering(winograd=True)
+
+
+def cnn(tmp_path, rng) -> str:
+    """3x3 16->32 (eligible, 14x14: not a multiple of the tile) -> ReLU -> 3x3 stride 2 32->32 (not) -> ReLU
+    -> 3x3 32->16 (eligible, 7x7) -> 3x3 16->8 (too few output channels)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    layers = [("a", 16, 32, 1, True), ("b", 32, 32, 2, True), ("c", 32, 16, 1, True), ("d", 16, 8, 1, False)]
+    nodes, inits, src = [], [], "x"
+    for name, cin, cout, stride, relu in layers:
+        w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2.0 / (cin * 9))).astype(np.float32)
+        inits += [
+            numpy_helper.from_array(w, f"{name}_w"),
+            numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}_b"),
+        ]
+        out = f"{name}_c" if relu else "y"
+        nodes.append(
+            helper.make_node(
+                "Conv", [src, f"{name}_w", f"{name}_b"], [out], pads=[1] * 4, strides=[stride] * 2
+            )
+        )
+        if relu:
+            nodes.append(helper.make_node("Relu", [out], [name]))
+            out = name
+        src = out
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 7, 7])],
+        inits,
+    )
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return load_model(cnn(tmp_path_factory.mktemp("winograd"), np.random.default_rng(0)))
+
+
+def test_eligible_convolutions_become_winograd_tasks_with_their_epilogue(model, cpu_target):
+    direct = extract_tasks(model, cpu_target)
+    tasks = extract_tasks(model, cpu_target, ON)
+    winograd = sorted(t.name for t in tasks if "winograd" in t.name)
+    assert len(winograd) == 2 and all(re.search(r"winograd.*add.*relu", n) for n in winograd), winograd
+    assert len([t for t in tasks if "winograd" not in t.name and "conv2d" in t.name]) == 2  # stride 2; 8 out
+    assert not [t for t in direct if "winograd" in t.name]
+    assert {t.key for t in tasks} != {t.key for t in direct}  # other functions, other keys
+
+
+def test_winograd_model_matches_onnxruntime_with_its_weights_transformed_at_compile_time(model, cpu_target):
+    import tvm
+
+    executable = build(model, cpu_target, None, ON)
+    text = executable.as_text()
+    assert "conv2d_winograd" in text and "winograd_weight_transform" not in text
+    dev = tvm.cpu()
+    check = verify(relax_vm(executable, dev), model, dev, threads=2)
+    assert check.ok and check.max_rel_err < 1e-5, check
+
+
+def test_winograd_is_part_of_the_lowering_on_nhwc_cpu_targets_only(cpu_target):
+    import tvm
+
+    assert ON.winograds(cpu_target) and not Lowering().winograds(cpu_target)
+    assert not Lowering(winograd=True, conv_layout="NCHW").winograds(cpu_target)
+    assert not ON.winograds(tvm.target.Target("cuda"))
+    assert ON.describe(cpu_target) != Lowering().describe(cpu_target)
+
+
+@pytest.mark.slow
+def test_tuned_winograd_task_uses_the_winograd_rules_and_matches_onnxruntime(model, cpu_target, tmp_path):
+    """A few real trials of the 14x14 Winograd task: MetaSchedule's CPU Winograd rules schedule its data-pack
+    and inverse blocks, the tuned kernel reads a prepacked ``kernel_pack``, and the model matches."""
+    import tvm
+
+    from dynatune.search.measure import MeasureConfig
+    from dynatune.search.session import SearchConfig, TuningSession
+
+    calls, originals = [], {f"s_tir.meta_schedule.cpu.{r}": None for r in RULES}
+    for name in originals:
+        originals[name] = original = tvm.get_global_func(name)
+
+        def counted(sch, block, original=original, name=name):
+            calls.append(name)
+            return original(sch, block)
+
+        tvm.register_global_func(name, counted, override=True)
+    try:
+        tasks = extract_tasks(model, cpu_target, ON)
+        task = next(
+            t
+            for t in tasks
+            if "winograd" in t.name and t.flops == max(x.flops for x in tasks if "winograd" in x.name)
+        )
+        search = SearchConfig(
+            trials_per_iter=4, population_size=16, init_min_unmeasured=8, genetic_num_iters=1
+        )
+        session = TuningSession(
+            tasks,
+            cpu_target,
+            str(tmp_path / "work"),
+            search=search,
+            measure=MeasureConfig(repeat=3, min_repeat_ms=5),
+        )
+        try:
+            result = session.tune(task.index, trials=4)
+            assert result.trials >= 4 and result.build_errors + result.run_errors < result.trials, (
+                result.errors
+            )
+            db = session.compile_database()
+            executable = build(model, cpu_target, db, ON)
+        finally:
+            session.close()
+    finally:
+        for name, original in originals.items():
+            tvm.register_global_func(name, original, override=True)
+    assert set(calls) == set(originals)
+    dev = tvm.cpu()
+    check = verify(relax_vm(executable, dev), model, dev, threads=2)
+    assert check.ok and check.max_rel_err < 1e-5, check
