@@ -8,7 +8,7 @@ kernel's time on SqueezeNet's four 3x3 shapes, with 3-7x the direct kernel's err
 
 With ``compile.winograd`` the lowering legalizes every eligible ``conv2d`` (:func:`eligible`: NHWC data,
 OHWI weight, 3x3, stride 1, no dilation, one group, batch 1, float32, at least :data:`MIN_CHANNELS` in and
-out) as two calls:
+out, at least :data:`MIN_TILES` output tiles) as two calls:
 
 - the weight transform ``kernel_pack[6, 6, CO, CI] = G w G^T``, on the model's constant weight, which
   ``FoldConstant`` evaluates at compile time: the artifact holds the transformed weights;
@@ -28,6 +28,10 @@ from __future__ import annotations
 TILE = 4  # F(4x4, 3x3): the output tile
 KERNEL = 3
 MIN_CHANNELS = 16  # fewer input or output channels: the transforms cost more than the GEMM saves
+# fewer output tiles: the transformed weights (4x the direct ones) dominate. On SqueezeNet's 13x13 maps (16
+# tiles) the Winograd kernels ran 1.33-1.36x slower in the model than alone (weights cold), and no faster
+# than the direct ones; on its 27x27 and 55x55 maps (49, 196 tiles) 0.72-0.86x the direct ones (session 17)
+MIN_TILES = 32
 RULES = ("conv2d_nhwc_winograd_data_pack", "conv2d_nhwc_winograd_inverse")  # MetaSchedule's CPU rules
 OUT_ELEMWISE_FUSABLE = 4  # relax's OpPatternKind kOutEWiseFusable
 
@@ -41,6 +45,7 @@ def eligible(call) -> bool:
     except (AttributeError, TypeError, ValueError):  # a symbolic shape
         return False
     pad = [int(p) for p in attrs.padding]
+    tiles = [-(-(d + 2 * pad[0] - KERNEL + 1) // TILE) for d in data[1:3]] if pad else [0, 0]
     return (
         attrs.data_layout == "NHWC"
         and attrs.kernel_layout == "OHWI"
@@ -54,6 +59,7 @@ def eligible(call) -> bool:
         and data[0] == 1
         and kernel[1:3] == [KERNEL, KERNEL]
         and min(kernel[0], kernel[3]) >= MIN_CHANNELS
+        and tiles[0] * tiles[1] >= MIN_TILES
     )
 
 

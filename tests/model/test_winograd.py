@@ -17,12 +17,13 @@ ON = Lowering(winograd=True)
 
 
 def cnn(tmp_path, rng) -> str:
-    """3x3 16->32 (eligible, 14x14: not a multiple of the tile) -> ReLU -> 3x3 stride 2 32->32 (not) -> ReLU
-    -> 3x3 32->16 (eligible, 7x7) -> 3x3 16->8 (too few output channels)."""
+    """3x3 convolutions with ReLU: 16->32 at 48x48 (eligible), 32->32 stride 2 (not), 32->16 at 24x24
+    (eligible), 16->16 stride 2 (not), 16->16 at 12x12 (9 tiles: too few), 16->8 (too few channels)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    layers = [("a", 16, 32, 1, True), ("b", 32, 32, 2, True), ("c", 32, 16, 1, True), ("d", 16, 8, 1, False)]
+    layers = [("a", 16, 32, 1, True), ("b", 32, 32, 2, True), ("c", 32, 16, 1, True), ("d", 16, 16, 2, True)]
+    layers += [("e", 16, 16, 1, True), ("f", 16, 8, 1, False)]
     nodes, inits, src = [], [], "x"
     for name, cin, cout, stride, relu in layers:
         w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2.0 / (cin * 9))).astype(np.float32)
@@ -43,8 +44,8 @@ def cnn(tmp_path, rng) -> str:
     graph = helper.make_graph(
         nodes,
         "cnn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 7, 7])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 48, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12])],
         inits,
     )
     path = str(tmp_path / "cnn.onnx")
@@ -62,7 +63,7 @@ def test_eligible_convolutions_become_winograd_tasks_with_their_epilogue(model, 
     tasks = extract_tasks(model, cpu_target, ON)
     winograd = sorted(t.name for t in tasks if "winograd" in t.name)
     assert len(winograd) == 2 and all(re.search(r"winograd.*add.*relu", n) for n in winograd), winograd
-    assert len([t for t in tasks if "winograd" not in t.name and "conv2d" in t.name]) == 2  # stride 2; 8 out
+    assert len([t for t in tasks if "winograd" not in t.name and "conv2d" in t.name]) == 4  # b, d, e, f
     assert not [t for t in direct if "winograd" in t.name]
     assert {t.key for t in tasks} != {t.key for t in direct}  # other functions, other keys
 
@@ -89,8 +90,9 @@ def test_winograd_is_part_of_the_lowering_on_nhwc_cpu_targets_only(cpu_target):
 
 @pytest.mark.slow
 def test_tuned_winograd_task_uses_the_winograd_rules_and_matches_onnxruntime(model, cpu_target, tmp_path):
-    """A few real trials of the 14x14 Winograd task: MetaSchedule's CPU Winograd rules schedule its data-pack
-    and inverse blocks, the tuned kernel reads a prepacked ``kernel_pack``, and the model matches."""
+    """A few real trials of the heaviest Winograd task: MetaSchedule's CPU Winograd rules schedule its
+    data-pack and inverse blocks, the tuned kernel reads a prepacked ``kernel_pack``, and the model
+    matches."""
     import tvm
 
     from dynatune.search.measure import MeasureConfig
