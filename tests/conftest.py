@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -22,7 +24,9 @@ from helpers import make_tiny_onnx, prepare_prefect_home_template  # noqa: E402
 # The schedule library (on by default) is never the user's (~/.cache/dynatune): a session-wide one for
 # session fixtures, one per module for module fixtures (a registry fixture's v2 run starts from its v1 run,
 # as it would for a user), and one per test, so no test starts from another test's records.
-os.environ["DYNATUNE_LIBRARY_URL"] = f"sqlite:///{tempfile.mkdtemp(prefix='dynatune-library-')}/library.db"
+_SESSION_LIBRARY = tempfile.mkdtemp(prefix="dynatune-library-")
+atexit.register(shutil.rmtree, _SESSION_LIBRARY, True)  # (one was left in /tmp by every test session)
+os.environ["DYNATUNE_LIBRARY_URL"] = f"sqlite:///{_SESSION_LIBRARY}/library.db"
 
 
 def pytest_collection_finish(session):

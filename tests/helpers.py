@@ -335,3 +335,12 @@ def no_wait_policy():
     from dynatune.machine.load import QuietPolicy
 
     return QuietPolicy(probe_s=0.2, attempts=1)
+
+
+def few_trials_session(tasks, target, work: str):
+    """A real tuning session sized for a test's few trials: batches of 4, a population of 16, 3 repeats."""
+    from dynatune.search.measure import MeasureConfig
+    from dynatune.search.session import SearchConfig, TuningSession
+
+    search = SearchConfig(trials_per_iter=4, population_size=16, init_min_unmeasured=8, genetic_num_iters=1)
+    return TuningSession(tasks, target, work, search=search, measure=MeasureConfig(repeat=3, min_repeat_ms=5))

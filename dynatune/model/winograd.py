@@ -105,18 +105,7 @@ def winograd_conv(data, kernel_pack, pad: int):
         name="input_tile",
         attrs={"schedule_rule": "None"},
     )
-    r_a, r_b = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
-    data_pack = te.compute(
-        (alpha, alpha, nh * nw, ci_),
-        lambda eps, nu, p, c: te.sum(
-            input_tile[r_a, r_b, p, c] * b_mat[r_a, eps] * b_mat[r_b, nu], axis=[r_a, r_b]
-        ),
-        name="data_pack",
-        attrs={
-            "auto_scheduler_simplify_const_tensor_indices": ["eps", "nu", "r_a", "r_b"],
-            "schedule_rule": RULES[0],
-        },
-    )
+    data_pack = _tile_transform(input_tile, b_mat, (alpha, alpha, nh * nw, ci_), ("eps", "nu", "p", "c"), 0)
     rc = te.reduce_axis((0, ci_), name="ci")
     bgemm = te.compute(
         (alpha, alpha, nh * nw, co_),
@@ -124,22 +113,35 @@ def winograd_conv(data, kernel_pack, pad: int):
         name="bgemm",
         attrs={"meta_schedule.write_cache_level": [2]},  # as TOPI's
     )
-    r_a, r_b = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
-    inverse = te.compute(
-        (m, m, nh * nw, co_),
-        lambda vh, vw, p, co: te.sum(
-            bgemm[r_a, r_b, p, co] * a_mat[r_a, vh] * a_mat[r_b, vw], axis=[r_a, r_b]
-        ),
-        name="inverse",
-        attrs={
-            "auto_scheduler_simplify_const_tensor_indices": ["vh", "vw", "r_a", "r_b"],
-            "schedule_rule": RULES[1],
-        },
-    )
+    inverse = _tile_transform(bgemm, a_mat, (m, m, nh * nw, co_), ("vh", "vw", "p", "co"), 1)
     return te.compute(
         (1, oh, ow, co_),
         lambda n, y, x, co: inverse[y % m, x % m, (y // m) * nw + x // m, co],
         name="conv2d_winograd",
+    )
+
+
+def _tile_transform(src, mat, shape, names, stage: int):
+    """``out[a, b, p, c] = sum src[r_a, r_b, p, c] mat[r_a, a] mat[r_b, b]``: the data transform (``stage``
+    0, ``B``) or the inverse (1, ``A``), as TOPI writes them (``names``: its names of the four axes), with
+    the MetaSchedule rule of the stage."""
+    from tvm import te
+
+    alpha = TILE + KERNEL - 1
+    r_a, r_b = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
+
+    def fcompute(*i):
+        return te.sum(src[r_a, r_b, i[2], i[3]] * mat[r_a, i[0]] * mat[r_b, i[1]], axis=[r_a, r_b])
+
+    return te.compute(
+        shape,
+        fcompute,
+        name=("data_pack", "inverse")[stage],
+        attrs={
+            "auto_scheduler_simplify_const_tensor_indices": [*names[:2], "r_a", "r_b"],
+            "schedule_rule": RULES[stage],
+        },
+        varargs_names=list(names),
     )
 
 

@@ -158,22 +158,13 @@ def test_tuned_prepacked_producers_are_placed(cpu_target, tmp_path):
     """A few real trials on the fire module's two expand convolutions: their tuned kernels, on prepacked
     weights, write into the concatenation, and the model matches ONNX Runtime."""
     import tvm
-
-    from dynatune.search.measure import MeasureConfig
-    from dynatune.search.session import SearchConfig, TuningSession
+    from helpers import few_trials_session
 
     model = load_model(fire(tmp_path, np.random.default_rng(7)))
     tasks = extract_tasks(model, cpu_target)
     expand = [t.index for t in tasks if re.match(r"fused_conv2d[12]_", t.name)]
     assert len(expand) == 2
-    search = SearchConfig(trials_per_iter=4, population_size=16, init_min_unmeasured=8, genetic_num_iters=1)
-    session = TuningSession(
-        tasks,
-        cpu_target,
-        str(tmp_path / "work"),
-        search=search,
-        measure=MeasureConfig(repeat=3, min_repeat_ms=5),
-    )
+    session = few_trials_session(tasks, cpu_target, str(tmp_path / "work"))
     try:
         for i in expand:
             session.tune(i, trials=4)

@@ -94,9 +94,7 @@ def test_tuned_winograd_task_uses_the_winograd_rules_and_matches_onnxruntime(mod
     data-pack and inverse blocks, the tuned kernel reads a prepacked ``kernel_pack``, and the model
     matches."""
     import tvm
-
-    from dynatune.search.measure import MeasureConfig
-    from dynatune.search.session import SearchConfig, TuningSession
+    from helpers import few_trials_session
 
     calls, originals = [], {f"s_tir.meta_schedule.cpu.{r}": None for r in RULES}
     for name in originals:
@@ -114,16 +112,7 @@ def test_tuned_winograd_task_uses_the_winograd_rules_and_matches_onnxruntime(mod
             for t in tasks
             if "winograd" in t.name and t.flops == max(x.flops for x in tasks if "winograd" in x.name)
         )
-        search = SearchConfig(
-            trials_per_iter=4, population_size=16, init_min_unmeasured=8, genetic_num_iters=1
-        )
-        session = TuningSession(
-            tasks,
-            cpu_target,
-            str(tmp_path / "work"),
-            search=search,
-            measure=MeasureConfig(repeat=3, min_repeat_ms=5),
-        )
+        session = few_trials_session(tasks, cpu_target, str(tmp_path / "work"))
         try:
             result = session.tune(task.index, trials=4)
             assert result.trials >= 4 and result.build_errors + result.run_errors < result.trials, (
