@@ -67,16 +67,12 @@ class Lowering:
     def fast_maths(self, target) -> bool:
         """Whether transcendental functions are rewritten for ``target``: as asked on CPU targets (where
         libm's are scalar), never on GPU targets."""
-        from tvm.relax.pipeline import BackendDispatcher
-
-        return bool(self.fast_math) and not BackendDispatcher.is_gpu_target(target)
+        return bool(self.fast_math) and not _is_gpu(target)
 
     def places_concats(self, target) -> bool:
         """Whether concatenations are placed for ``target``: as asked on CPU targets, never on GPU targets
         (their default schedules are not verified on a producer that writes a slice)."""
-        from tvm.relax.pipeline import BackendDispatcher
-
-        return bool(self.place_concat) and not BackendDispatcher.is_gpu_target(target)
+        return bool(self.place_concat) and not _is_gpu(target)
 
     def winograds(self, target) -> bool:
         """Whether eligible convolutions are lowered as Winograd for ``target``: as asked on CPU targets whose
@@ -108,9 +104,7 @@ def _is_gpu(target) -> bool:
 
 def uses_prepack(target, prepack: bool = True) -> bool:
     """Whether weights are prepacked for ``target``: as asked on CPU targets, never on GPU targets."""
-    from tvm.relax.pipeline import BackendDispatcher
-
-    return bool(prepack) and not BackendDispatcher.is_gpu_target(target)
+    return bool(prepack) and not _is_gpu(target)
 
 
 def fuse_passes(target, lowering: Lowering = Lowering()):
@@ -202,7 +196,11 @@ def extract_tasks(model, target, lowering: Lowering = Lowering()) -> list[Task]:
 
     fused = fuse(model.bound_module(), target, lowering)
     extracted = ms.relax_integration.extract_tasks(fused, target, module_equality="structural")
-    placed = placed_concat_keys(fused) if lowering.places_concats(target) else set()
+    placed = set()
+    if lowering.places_concats(target):
+        from dynatune.model.placement import placed_concat_keys
+
+        placed = placed_concat_keys(fused, task_key)
     tasks = []
     for ex in extracted:
         mod = ex.dispatched[0]
@@ -219,26 +217,3 @@ def extract_tasks(model, target, lowering: Lowering = Lowering()) -> list[Task]:
     for i, t in enumerate(tasks):
         t.index = i
     return tasks
-
-
-def placed_concat_keys(fused) -> set[str]:
-    """The task keys of the concatenations that every call site of places
-    (:mod:`dynatune.model.placement`): they are compiled away, so they are not tuned."""
-    from tvm import relax
-
-    from dynatune.model.placement import concat_functions, placed_concats
-
-    concats = concat_functions(fused)
-    placed = {p.concat_var for p in placed_concats(fused, concats)}
-    keys_placed, keys_kept = set(), set()
-    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod as normalize
-
-    for block in fused["main"].body.blocks:
-        for b in block.bindings:
-            value = getattr(b, "value", None)
-            if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
-                name = value.args[0].name_hint
-                if name in concats:
-                    key = task_key(normalize(fused[value.args[0]]))
-                    (keys_placed if b.var in placed else keys_kept).add(key)
-    return keys_placed - keys_kept

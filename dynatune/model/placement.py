@@ -15,9 +15,9 @@ kernel (a ``call_tir`` used by nothing else) is rewritten:
   whole tensor's data; the loops, the vector code and the tuned schedule stay as measured).
 
 The tasks do not change: the producers are tuned as extracted, and a placed concatenation's own task is
-left out of the extraction (:func:`placed_concats`), so no tuning time goes to a kernel the compiled
-model never calls. Extraction and compilation decide which concatenations are placed from the same fused
-module, so they agree.
+left out of the extraction (:func:`placed_concat_keys`), so no tuning time goes to a kernel the
+compiled model never calls. Extraction and compilation decide which concatenations are placed from the
+same fused module, so they agree.
 """
 
 from __future__ import annotations
@@ -111,6 +111,24 @@ def placed_concats(mod, concats: dict[str, int]) -> list[Placement]:
             if _single_tensor(binding.var):
                 producers.add(binding.var)
     return found
+
+
+def placed_concat_keys(fused, key) -> set:
+    """The ``key`` (a task's key, of the normalized function) of every concatenation of ``fused`` that is
+    placed at each of its call sites: structurally equal functions are one task, kept if any call keeps its
+    copy. They are compiled away, so they are not tuned."""
+    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
+
+    concats = concat_functions(fused)
+    placed = {p.concat_var for p in placed_concats(fused, concats)}
+    keys, kept = set(), set()
+    for block in fused["main"].body.blocks:
+        for b in block.bindings:
+            value = getattr(b, "value", None)
+            if _is_call_tir(value) and value.args[0].name_hint in concats:
+                k = key(_normalize_mod(fused[value.args[0]]))
+                (keys if b.var in placed else kept).add(k)
+    return keys - kept
 
 
 def place(mod, concats: dict[str, int]):
