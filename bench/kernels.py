@@ -34,6 +34,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+
 def tvm_timer(mod, target):
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo

@@ -164,9 +164,10 @@ def make_tiny_onnx(path: str, batch="N", channels: int = 8, seed: int = 0, extra
     return path
 
 
-def make_maxpool_onnx(path: str, channels: int = 8, seed: int = 0) -> str:
+def make_maxpool_onnx(path: str, channels: int = 8, seed: int = 0, size: int = 17, ceil_mode: int = 0) -> str:
     """conv 3x3 -> relu -> max pool 3x3 stride 2 -> conv 1x1 -> ``y``: a small model with a max pool, whose
-    TOPI block names a custom schedule rule (``meta_schedule.pool_max``) that TVM 0.27 does not have."""
+    TOPI block names a custom schedule rule (``meta_schedule.pool_max``) that TVM 0.27 does not have. With
+    ``size=16, ceil_mode=1`` the pool pads its input, as SqueezeNet's do."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -179,7 +180,9 @@ def make_maxpool_onnx(path: str, channels: int = 8, seed: int = 0) -> str:
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], name="pool1"),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=ceil_mode, name="pool1"
+        ),
         helper.make_node("Conv", ["p1", "w2", "b2"], ["y"], name="conv2"),
     ]
     inits = [
@@ -191,7 +194,7 @@ def make_maxpool_onnx(path: str, channels: int = 8, seed: int = 0) -> str:
     graph = helper.make_graph(
         nodes,
         "maxpool",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 17])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 8, 8])],
         inits,
     )

@@ -4,7 +4,8 @@ ONNX Runtime runs the whole model with its profiler on, in rounds interleaved wi
 compared to; each of its kernels (a Conv with its fused activation, a MatMul, a Gemm) is then matched to
 the task with the same weight and output shapes (:func:`shape_key`, which ignores the layout: OHWI or
 OIHW weights, NHWC or NCHW outputs, a transposed weight). ONNX Runtime pads channels to its NCHWc block
-(1000 output channels become 1008), so a dim may be up to one block larger on its side. Its kernels are
+(1000 output channels become 1008), and so may dynatune (:mod:`dynatune.model.channel_padding`), so a dim
+may differ by up to one block on either side. Its kernels are
 timed where they run, inside the model: a one-node model would charge each operator with the layout
 conversions that the whole model does once, and flatter dynatune.
 """
@@ -45,11 +46,13 @@ def task_shape_key(task):
 
 
 def _padded_match(task_dims, ort_dims) -> int | None:
-    """How much larger ``ort_dims`` are (padding), or ``None`` when they are not the same dims padded."""
+    """How much the dims differ by padding (either side's: ONNX Runtime's NCHWc block, or a task's
+    channels padded to whole vectors, :mod:`dynatune.model.channel_padding`), or ``None`` when they are not
+    the same dims."""
     if len(task_dims) != len(ort_dims):
         return None
-    gaps = [o - t for t, o in zip(task_dims, ort_dims)]
-    return sum(gaps) if all(0 <= g < CHANNEL_BLOCK for g in gaps) else None
+    gaps = [abs(o - t) for t, o in zip(task_dims, ort_dims)]
+    return sum(gaps) if all(g < CHANNEL_BLOCK for g in gaps) else None
 
 
 def match_tasks(tasks, kernels: dict) -> dict:

@@ -47,9 +47,8 @@ class Load:
         return None if d is None else cls(d["other_cores"], d["steal_cores"], d["cores"], d["seconds"])
 
     def describe(self) -> str:
-        return (
-            f"{self.busy_cores:.2f} of {self.cores} cores busy besides the timing"
-            + (f" ({self.steal_cores:.2f} stolen by the hypervisor)" if self.steal_cores >= 0.01 else "")
+        return f"{self.busy_cores:.2f} of {self.cores} cores busy besides the timing" + (
+            f" ({self.steal_cores:.2f} stolen by the hypervisor)" if self.steal_cores >= 0.01 else ""
         )
 
 

@@ -60,6 +60,9 @@ class Lowering:
     place_concat: bool = True
     # CPU targets, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (dynatune.model.winograd)
     winograd: bool = False
+    # CPU targets, NHWC: a convolution's output channels padded to whole vectors where a global pooling
+    # follows (dynatune.model.channel_padding)
+    pad_channels: bool = True
 
     def prepacks(self, target) -> bool:
         return uses_prepack(target, self.prepack)
@@ -77,13 +80,20 @@ class Lowering:
     def winograds(self, target) -> bool:
         """Whether eligible convolutions are lowered as Winograd for ``target``: as asked on CPU targets whose
         convolutions are in NHWC, never otherwise."""
+        return bool(self.winograd) and self._nhwc_cpu(target)
+
+    def pads_channels(self, target) -> int:
+        """The vector lanes convolutions' output channels are padded to for ``target`` (0: none): as asked on
+        CPU targets whose convolutions are in NHWC and whose vectors hold more than one float."""
+        from dynatune.machine.vector import vector_unit
+
+        unit = vector_unit(target) if self.pad_channels and self._nhwc_cpu(target) else None
+        return unit.lanes if unit is not None and unit.lanes > 1 else 0
+
+    def _nhwc_cpu(self, target) -> bool:
         from dynatune.model.layout import resolve_conv_layout
 
-        return (
-            bool(self.winograd)
-            and not _is_gpu(target)
-            and resolve_conv_layout(target, self.conv_layout) == "NHWC"
-        )
+        return not _is_gpu(target) and resolve_conv_layout(target, self.conv_layout) == "NHWC"
 
     def describe(self, target) -> str:
         """What changes the tasks, resolved for ``target`` (part of the task cache's key)."""
@@ -92,7 +102,7 @@ class Lowering:
         return (
             f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
             f"|fast_math={self.fast_maths(target)}|place_concat={self.places_concats(target)}"
-            f"|winograd={self.winograds(target)}"
+            f"|winograd={self.winograds(target)}|pad_channels={self.pads_channels(target)}"
         )
 
 
@@ -125,6 +135,10 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
     from dynatune.model.layout import conv_layout_passes, resolve_conv_layout
 
     passes = conv_layout_passes(resolve_conv_layout(target, lowering.conv_layout))
+    if lanes := lowering.pads_channels(target):
+        from dynatune.model.channel_padding import pad_channels_pass
+
+        passes.append(pad_channels_pass(lanes))
     passes += backend_passes(target, "library_dispatch_passes") + [
         relax.transform.DecomposeOpsForInference(),
         # batch norm decomposes into (y, mean, var)[0]: the tuple would stop the activation after it from

@@ -97,7 +97,11 @@ class CallbackList(RunCallback):
                 name = type(c).__name__
                 log.warning(
                     "callback %s failed in %s %s (the run goes on): %s: %s",
-                    name, method, where, type(e).__name__, e,
+                    name,
+                    method,
+                    where,
+                    type(e).__name__,
+                    e,
                 )
                 log.debug("callback %s: traceback", name, exc_info=True)
 

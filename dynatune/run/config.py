@@ -27,6 +27,7 @@ import os
 import re
 import types
 import typing
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,8 @@ class CompileSection(Section):
     place_concat: bool = Lowering.place_concat
     # CPU, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (model.winograd); changes their keys
     winograd: bool = Lowering.winograd
+    # CPU, NHWC: output channels padded to whole vectors before a global pooling (model.channel_padding)
+    pad_channels: bool = Lowering.pad_channels
     # a timing against ONNX Runtime on a busy machine is tried this many times, timing_wait_s apart, before
     # it is kept as taken under load (dynatune.machine.load)
     timing_attempts: int = Field(3, ge=1)
@@ -104,13 +107,7 @@ class CompileSection(Section):
 
     def lowering(self) -> Lowering:
         """How the model is lowered to tasks (extraction and compile share it)."""
-        return Lowering(
-            prepack=self.prepack,
-            conv_layout=self.conv_layout,
-            fast_math=self.fast_math,
-            place_concat=self.place_concat,
-            winograd=self.winograd,
-        )
+        return Lowering(**{f.name: getattr(self, f.name) for f in fields(Lowering)})
 
     def quiet(self):
         """When a timing against ONNX Runtime counts as quiet, and how often it is tried on a busy machine."""

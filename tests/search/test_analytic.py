@@ -179,17 +179,30 @@ def test_the_inner_loop_is_register_blocked_fmas_for_each_isa(tmp_path):
         assert len(fmas) >= 8, f"{isa}: {len(fmas)} vector FMAs"
 
 
-def test_a_task_without_a_tiled_block_gets_no_candidate_and_no_error(tmp_path):
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_a_pool_gets_streaming_candidates_that_compute_what_it_does(isa, tmp_path):
+    """A task that tiles no block (a max pool) gets the design space that splits no reduction, its padding
+    inlined: the space a one-slot search had missed (BENCHMARKS.md, session 18)."""
     from helpers import make_maxpool_onnx
 
     from dynatune.model.extract import extract_tasks
     from dynatune.model.importer import load_model
 
-    target = x86_target("avx2")
-    tasks = extract_tasks(load_model(make_maxpool_onnx(str(tmp_path / "pool.onnx"))), target)
-    pools = [t for t in tasks if "pool" in t.name]
-    assert pools
-    assert candidates_for(pools[0], target) == []
+    target = x86_target(isa)
+    model = load_model(make_maxpool_onnx(str(tmp_path / "pool.onnx"), 32, size=16, ceil_mode=1))
+    pool = next(t for t in extract_tasks(model, target) if "pool" in t.name)
+    assert "pad_temp" in pool.mod.script()
+    cands = candidates_for(pool, target)
+    assert cands
+    for c in cands:
+        trace = str(c.sch.trace)
+        assert "RFactor" not in trace and "pad_temp" not in c.sch.mod.script()  # the padding inlined
+    if {"avx2": "avx2", "avx512": "avx512f"}[isa] not in ISA:
+        pytest.skip(f"this CPU cannot run {isa} code (compiled only)")
+    args = random_args(pool.mod)
+    want = run(pool.mod, target, [a.copy() for a in args])
+    for c in cands:
+        np.testing.assert_array_equal(run(c.sch.mod, target, [a.copy() for a in args]), want)
 
 
 def test_a_gpu_target_has_no_vector_unit():

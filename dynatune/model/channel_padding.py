@@ -1,0 +1,255 @@
+"""Output channels padded to whole vectors, where the padding costs nothing after a global pooling.
+
+A convolution vectorizes its output channels (NHWC). When their number is not a multiple of the target's
+vector lanes, no tiling MetaSchedule can sample covers them with whole registers: SqueezeNet's
+1000-channel classifier is 8 x 125 channels, and on AVX-512 (16 lanes) it ran at 1.11-1.24x ONNX
+Runtime's kernel, which pads (BENCHMARKS.md, session 17), while the 3x3 convolutions beside it ran at
+0.9-1.0x. Here such a convolution gets zero weights up to the next multiple of the lanes (1000 -> 1008),
+and the padding is carried through what follows it channel by channel (the bias add with a zero-padded
+bias, the activation, a global average pooling) until a slice takes the real channels back.
+
+A convolution is padded only where that slice lands on a tensor of one pixel (after a global pooling): the
+padded channels then cost their share of FLOPs (0.8 % for 1000 -> 1008) and a copy of a few hundred
+floats, no more. Anything else keeps its convolution as it is. The real channels compute exactly what
+they did: the same weights, the same reduction order, the same epilogue (tested).
+
+``compile.pad_channels`` (default on for CPU targets whose convolutions are NHWC); it is part of the
+lowering, so it changes the padded convolutions' task keys, the same at extraction and compile time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+# per-channel operators a padded tensor is carried through, channel axis last (NHWC)
+_UNARY = {
+    f"relax.{op}"
+    for op in ("nn.relu", "nn.silu", "nn.gelu", "nn.gelu_tanh", "sigmoid", "tanh", "exp", "clip", "negative")
+}
+_BINARY = {f"relax.{op}" for op in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")}
+_SPATIAL_REDUCE = {"relax.mean", "relax.sum", "relax.max", "relax.min"}
+_POOLS = {"relax.nn.avg_pool2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"}
+
+
+def padded_channels(channels: int, lanes: int) -> int:
+    """``channels`` rounded up to whole vectors of ``lanes``."""
+    return -(-channels // lanes) * lanes
+
+
+def pad_channels_pass(lanes: int):
+    """A module pass padding every convolution it can (see the module's doc) to multiples of ``lanes``."""
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=0, name="PadOutputChannels")
+    def pad_channels(mod, _ctx):
+        for gv, func in list(mod.functions.items()):
+            if not isinstance(func, relax.Function):
+                continue
+            plan = _plan(func, lanes)
+            if plan.convs:
+                mod[gv] = _rewrite(mod, func, plan)
+        return mod
+
+    return pad_channels
+
+
+@dataclass
+class _Plan:
+    lanes: int
+    convs: dict = field(default_factory=dict)  # conv var -> its real output channels
+    carried: dict = field(default_factory=dict)  # var computed on the padded tensor -> real channels
+
+
+def _plan(func, lanes: int) -> _Plan:
+    """Which convolutions to pad, and which bindings after them carry the padding."""
+    from tvm import relax
+
+    bindings, users = {}, defaultdict(list)
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding, relax.VarBinding):
+                bindings[binding.var] = binding.value
+                for arg in _var_args(binding.value):
+                    users[arg].append(binding.var)
+    for out in _var_args(func.body.body):
+        users[out].append(None)  # the function's result: a slice is needed there
+    plan = _Plan(lanes)
+    for var, value in bindings.items():
+        channels = _paddable_conv(var, value, lanes, bindings)
+        if channels is None:
+            continue
+        carried: dict = {}
+        if _carries_to_one_pixel(var, channels, bindings, users, carried):
+            plan.convs[var] = channels
+            plan.carried.update(carried)
+    return plan
+
+
+def _paddable_conv(var, value, lanes: int, bindings) -> int | None:
+    """The output channels of a convolution to pad, or None."""
+    from tvm import relax
+
+    if not (isinstance(var, relax.DataflowVar) and _op(value) == "relax.nn.conv2d"):
+        return None
+    attrs, shape = value.attrs, _shape(var)
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    if layouts != ("NHWC", "OHWI", "NHWC") or int(attrs.groups) != 1 or shape is None:
+        return None
+    if str(var.ty.dtype) != "float32" or not _constant(value.args[1], bindings):
+        return None
+    channels = shape[-1]
+    return channels if channels >= lanes and channels % lanes else None
+
+
+def _carries_to_one_pixel(var, channels: int, bindings, users, carried: dict, depth: int = 0) -> bool:
+    """Whether every use of ``var`` (padded) either carries the padding on, or can take a slice of one
+    pixel; the bindings that carry it are added to ``carried``."""
+    needs_slice = False
+    for user in users[var]:
+        if user is not None and depth < 32 and _carries(user, bindings[user], var, channels, bindings):
+            if not _carries_to_one_pixel(user, channels, bindings, users, carried, depth + 1):
+                return False
+            carried[user] = channels
+        else:
+            needs_slice = True
+    shape = _shape(var)
+    return not needs_slice or (shape is not None and _pixels(shape) == 1)
+
+
+def _carries(var, value, padded, channels: int, bindings) -> bool:
+    """Whether ``value`` (bound to ``var``), one of whose operands is the padded ``padded``, computes each
+    channel from that channel alone, channel axis last, so it can run on the padded tensor."""
+    from tvm import relax
+
+    op, shape = _op(value), _shape(var)
+    if not isinstance(var, relax.DataflowVar) or shape is None or not shape or shape[-1] != channels:
+        return False
+    args = list(value.args)
+    if op in _UNARY:
+        return args[0].same_as(padded) and all(not _is_tensor(a) for a in args[1:])
+    if op in _BINARY:
+        return all(a.same_as(padded) or _channel_operand(a, channels, bindings) for a in args)
+    if op in _SPATIAL_REDUCE:
+        axes = value.attrs.axis
+        rank = len(_shape(padded))
+        return axes is not None and all(int(a) % rank != rank - 1 for a in axes)
+    if op in _POOLS:
+        return str(value.attrs.layout) == "NHWC" and str(value.attrs.out_layout) == "NHWC"
+    return False
+
+
+def _channel_operand(expr, channels: int, bindings) -> bool:
+    """A constant operand of a binary operator on the padded tensor: one value per channel or one for all."""
+    shape = _shape(expr)
+    return shape is not None and (not shape or shape[-1] in (1, channels)) and _constant(expr, bindings)
+
+
+def _rewrite(mod, func, plan: _Plan):
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    @mutator
+    class PadChannels(PyExprMutator):
+        def __init__(self):
+            super().__init__(mod)
+            self.padded: dict = {}  # original var -> the padded var computed instead
+            self.sliced: dict = {}  # original var -> the slice of its padded var
+
+        def visit_var_binding_(self, binding):
+            var, value = binding.var, binding.value
+            if var in plan.convs:
+                weight = self._pad(self.visit_expr(value.args[1]), plan.convs[var], axis=0)
+                new = relax.Call(value.op, [self.visit_expr(value.args[0]), weight], value.attrs)
+            elif var in plan.carried:
+                channels = plan.carried[var]
+                args = [self._carried_arg(a, value, channels) for a in value.args]
+                new = relax.Call(value.op, args, value.attrs)
+            else:
+                return super().visit_var_binding_(binding)
+            self.padded[var] = self.builder_.emit(new)
+
+        def _carried_arg(self, arg, value, channels: int):
+            if arg in self.padded:
+                return self.padded[arg]
+            arg_value = self.visit_expr(arg)
+            shape = _shape(arg)
+            if shape and shape[-1] == channels:  # a per-channel constant: its padding never reaches a result
+                fill = 1.0 if _op(value) in ("relax.divide", "relax.power") else 0.0
+                return self._pad(arg_value, channels, axis=len(shape) - 1, value=fill)
+            return arg_value
+
+        def _pad(self, expr, channels: int, axis: int, value: float = 0.0):
+            rank = len(_shape(expr))
+            width = [0] * (2 * rank)
+            width[2 * axis + 1] = padded_channels(channels, plan.lanes) - channels
+            return self.builder_.emit(relax.op.nn.pad(expr, width, pad_value=value))
+
+        def visit_dataflow_var_(self, op):
+            if op not in self.padded:
+                return super().visit_dataflow_var_(op)
+            if op not in self.sliced:
+                rank, channels = len(_shape(op)), _shape(op)[-1]
+                self.sliced[op] = self.builder_.emit(
+                    relax.op.strided_slice(self.padded[op], axes=[rank - 1], begin=[0], end=[channels])
+                )
+            return self.sliced[op]
+
+    return PadChannels().visit_expr(func)
+
+
+def _op(value) -> str:
+    return getattr(getattr(value, "op", None), "name", "")
+
+
+def _var_args(expr):
+    """The variables ``expr`` reads directly (its arguments, and a tuple's fields)."""
+    from tvm import relax
+
+    if isinstance(expr, relax.Var):
+        return [expr]
+    if isinstance(expr, relax.Tuple):
+        return [v for f in expr.fields for v in _var_args(f)]
+    if isinstance(expr, relax.Call):
+        return [v for a in expr.args for v in _var_args(a)]
+    if isinstance(expr, relax.TupleGetItem):
+        return _var_args(expr.tuple_value)
+    return []
+
+
+def _is_tensor(expr) -> bool:
+    from tvm import relax
+
+    return isinstance(getattr(expr, "ty", None), relax.TensorType)
+
+
+def _shape(expr) -> list[int] | None:
+    from dynatune.model.layout import _static_shape
+
+    return _static_shape(expr) if _is_tensor(expr) else None
+
+
+def _pixels(shape: list[int]) -> int:
+    n = 1
+    for dim in shape[:-1]:
+        n *= dim
+    return n
+
+
+def _constant(expr, bindings, depth: int = 0) -> bool:
+    """Whether ``expr`` is computed from constants alone (FoldConstant folds it, padding included)."""
+    from tvm import relax
+    from tvm.ir import Op
+    from tvm.ir.expr import Constant  # tensor and scalar (PrimValue) constants
+
+    if isinstance(expr, (Constant, relax.ShapeExpr)):
+        return True
+    if isinstance(expr, relax.Var):
+        value = bindings.get(expr)
+        return value is not None and depth < 16 and _constant(value, bindings, depth + 1)
+    if isinstance(expr, relax.Call) and isinstance(expr.op, Op):
+        return not _op(expr).startswith("relax.call_") and all(
+            _constant(a, bindings, depth + 1) for a in expr.args
+        )
+    return False

@@ -1,0 +1,110 @@
+"""Output channels padded to whole vectors before a global pooling (``compile.pad_channels``): the padded
+convolution is the task, its size follows the target's vector lanes, a convolution whose output is not
+pooled keeps its channels, and the model's outputs do not change."""
+
+import numpy as np
+import pytest
+
+from dynatune.compiler.compile import build, verify
+from dynatune.compiler.runtime import relax_vm
+from dynatune.model.channel_padding import padded_channels
+from dynatune.model.extract import Lowering, extract_tasks
+from dynatune.model.importer import load_model
+
+OFF = Lowering(pad_channels=False)
+
+
+def classifier(path, rng) -> str:
+    """Conv 3x3 8->16 + ReLU, then two heads on it: a 1x1 conv 16->20 + bias + ReLU + global average pool +
+    flatten (padded), and a 1x1 conv 16->20 that is a 4-D output of its own (not padded)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def weights(name, cout, cin, k):
+        w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        return [numpy_helper.from_array(w, f"{name}_w"), numpy_helper.from_array(b, f"{name}_b")]
+
+    nodes = [
+        helper.make_node("Conv", ["x", "a_w", "a_b"], ["a_c"], pads=[1] * 4),
+        helper.make_node("Relu", ["a_c"], ["a"]),
+        helper.make_node("Conv", ["a", "head_w", "head_b"], ["head_c"]),
+        helper.make_node("Relu", ["head_c"], ["head"]),
+        helper.make_node("GlobalAveragePool", ["head"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["logits"]),
+        helper.make_node("Conv", ["a", "side_w", "side_b"], ["side"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 20]),
+            helper.make_tensor_value_info("side", TensorProto.FLOAT, [1, 20, 12, 12]),
+        ],
+        weights("a", 16, 8, 3) + weights("head", 20, 16, 1) + weights("side", 20, 16, 1),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("padding") / "classifier.onnx")
+    return load_model(classifier(path, np.random.default_rng(0)))
+
+
+def x86(mcpu: str):
+    import tvm
+
+    return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+
+
+def conv_channels(tasks) -> list[int]:
+    """The output channels of each 1x1 convolution task (its output buffer's last dimension)."""
+    found = []
+    for task in tasks:
+        if "conv2d" in task.name and task.flops < 200_000:  # not the 3x3 one (336k FLOPs)
+            func = task.mod["main"]
+            found.append(int(func.params[-1].ty.shape[-1]))
+    return sorted(found)
+
+
+@pytest.mark.parametrize("mcpu,lanes", [("skylake-avx512", 16), ("haswell", 8)])
+def test_pooled_convolution_is_padded_to_the_targets_vectors_and_the_other_is_not(model, mcpu, lanes):
+    target = x86(mcpu)
+    assert Lowering().pads_channels(target) == lanes
+    assert f"pad_channels={lanes}" in Lowering().describe(target)
+    assert conv_channels(extract_tasks(model, target)) == [20, padded_channels(20, lanes)]
+    assert conv_channels(extract_tasks(model, target, OFF)) == [20, 20]
+    assert OFF.pads_channels(target) == 0
+
+
+def test_gpu_and_nchw_targets_pad_nothing():
+    import tvm
+
+    assert Lowering().pads_channels(tvm.target.Target({"kind": "cuda", "arch": "sm_80"})) == 0
+    assert Lowering(conv_layout="NCHW").pads_channels(x86("skylake-avx512")) == 0
+
+
+def test_padded_model_matches_the_unpadded_one_and_onnxruntime(model, cpu_target):
+    import tvm
+
+    dev = tvm.cpu()
+    padded = relax_vm(build(model, cpu_target, None), dev)
+    plain = relax_vm(build(model, cpu_target, None, OFF), dev)
+    check = verify(padded, model, dev, threads=2)
+    assert check.ok and check.max_rel_err < 1e-5, check
+    x = tvm.runtime.tensor(model.random_inputs(seed=1)["x"], dev)
+    for got, want in zip(padded["main"](x), plain["main"](x)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_the_padded_convolution_keeps_its_onnx_runtime_anchor(model, cpu_target, tmp_path):
+    from dynatune.compiler.anchors import run_anchors
+
+    tasks = extract_tasks(model, cpu_target)
+    anchors = run_anchors(model, tasks, str(tmp_path), threads=1)
+    assert {t.index for t in tasks if "conv2d" in t.name} <= set(anchors)
