@@ -19,15 +19,16 @@ lowering, so it changes the padded convolutions' task keys, the same at extracti
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-# per-channel operators a padded tensor is carried through, channel axis last (NHWC)
-_UNARY = {
-    f"relax.{op}"
-    for op in ("nn.relu", "nn.silu", "nn.gelu", "nn.gelu_tanh", "sigmoid", "tanh", "exp", "clip", "negative")
-}
-_BINARY = {f"relax.{op}" for op in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")}
+from dynatune.model.layout import _BROADCASTING as _BINARY
+from dynatune.model.layout import _UNARY as _LAYOUT_UNARY
+
+# per-channel operators a padded tensor is carried through, channel axis last (NHWC): the element-wise ones
+# the layout carries through, and these
+_UNARY = _LAYOUT_UNARY | {"relax.nn.gelu_tanh", "relax.negative"}
 _SPATIAL_REDUCE = {"relax.mean", "relax.sum", "relax.max", "relax.min"}
 _POOLS = {"relax.nn.avg_pool2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"}
 
@@ -115,7 +116,7 @@ def _carries_to_one_pixel(var, channels: int, bindings, users, carried: dict, de
         else:
             needs_slice = True
     shape = _shape(var)
-    return not needs_slice or (shape is not None and _pixels(shape) == 1)
+    return not needs_slice or (shape is not None and math.prod(shape[:-1]) == 1)
 
 
 def _carries(var, value, padded, channels: int, bindings) -> bool:
@@ -228,13 +229,6 @@ def _shape(expr) -> list[int] | None:
     from dynatune.model.layout import _static_shape
 
     return _static_shape(expr) if _is_tensor(expr) else None
-
-
-def _pixels(shape: list[int]) -> int:
-    n = 1
-    for dim in shape[:-1]:
-        n *= dim
-    return n
 
 
 def _constant(expr, bindings, depth: int = 0) -> bool:

@@ -21,15 +21,15 @@ matmul), this module *chooses* the design space's decisions:
 The weights are pre-packed in the order the kernel reads them by MetaSchedule's ``RewriteLayout``, as for
 any other candidate. The candidate is a trace of the task's own design space
 (:mod:`dynatune.search.replay`): it is measured in the task's first batch, recorded like any other, and
-the evolutionary search mutates from it. A shape the plan does not fit (no tiled block, a design space
-of another structure) gets no analytic candidate, and the search goes on as before.
+the evolutionary search mutates from it. A tiled shape the plan does not fit (a design space of another
+structure) gets no analytic candidate, and the search goes on as before.
 
 A task that tiles no block (a pooling, a reduction over the spatial axes, a transpose: memory-bound) gets
 *streaming* candidates instead (:func:`streaming_candidates`): the design space that splits no reduction
 (no ``RFactor``), every producer (a pooling's padding) inlined into its consumer, so each output vector is
 computed from the input in one pass, with the unroll MetaSchedule's first choices give. On SqueezeNet's
-max pools that space ran 3x faster than the ``RFactor`` one (13 against 38 us for the 27x27 pool), and a
-one-slot search had found it in one run of two (BENCHMARKS.md, session 18).
+max pools that space ran 1.4-4x faster than the ``RFactor`` one (13 against 18-39 us for the 55x55 ->
+27x27 pool), and a pool's single slot of 8 candidates drew it only by chance (BENCHMARKS.md, session 18).
 """
 
 from __future__ import annotations
