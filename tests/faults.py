@@ -15,6 +15,28 @@ def dying_build(mod, target, out_dir):
     os._exit(3)  # the build worker dies
 
 
+SLOW_BUILD = "dynatune_slow_build"  # a PrimFunc attribute: its build takes 10 minutes
+
+
+def _slow(mods) -> None:
+    if any(SLOW_BUILD in (m["main"].attrs or {}) for m in mods):
+        time.sleep(600)  # a pathological build (LLVM's back end has taken 35 s on a real candidate)
+
+
+def slow_build(mod, target, out_dir):
+    from dynatune.search.builder import build_and_export
+
+    _slow([mod])
+    return build_and_export(mod, target, out_dir)
+
+
+def slow_batch(mods, target, out_dir):
+    from dynatune.search.builder import build_batch
+
+    _slow(mods)
+    return build_batch(mods, target, out_dir)
+
+
 def dying_evaluator(*args, **kwargs):
     os._exit(3)  # the runner worker dies
 

@@ -13,13 +13,22 @@ link (a module's fixed cost, about 45 ms of a candidate's 240 ms of CPU, is paid
 shares per worker keep both busy to the end of the batch). A candidate's artifact is then
 ``<library>::<function>`` (:func:`split_artifact`). A share that fails or times out is built again one
 candidate at a time, so a candidate that fails to build fails alone, with its own error.
+
+Time limits (:class:`BuildTimeLimit`): a pathological candidate (LLVM's back end took 18 and 35 s on two
+of them, where the task's other candidates built in 0.05-1.7 s) used to cost twice ``timeout_sec``: once
+in its share, once alone. Once the builder has timed a few candidates, a job's limit follows what builds
+take on this machine now: a multiple of the median candidate's build for the slowest candidate of the
+job (with a floor) and twice the median for each other, never above ``timeout_sec``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import tempfile
+import time
+from collections import deque
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
@@ -27,6 +36,34 @@ from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 _FUNCTION_PREFIX = "dynatune_candidate_"
 _SEPARATOR = "::"
+
+
+class BuildTimeLimit:
+    """How long a build job of ``n`` candidates may take before its candidates count as pathological.
+
+    ``cap`` (``search.build_timeout_s``) until ``min_seen`` candidates have been built. Then, with ``m`` the
+    median of the last ``window`` candidates' build seconds: one candidate may take ``factor`` x ``m``, at
+    least ``floor``, and each other candidate of the job twice ``m``; never more than ``cap``. The legit
+    builds of 1,073 candidates of the README job's model took at most 1.7 s (21x the median), the
+    pathological ones 18-37 s (BENCHMARKS.md, session 19). Under load the median grows, and the limit with
+    it.
+    """
+
+    def __init__(
+        self, cap: float, factor: float = 10.0, floor: float = 4.0, min_seen: int = 8, window: int = 64
+    ):
+        self.cap, self.factor, self.floor, self.min_seen = cap, factor, floor, min_seen
+        self.seconds: deque = deque(maxlen=window)  # per candidate, of the jobs that built
+
+    def record(self, seconds: float, candidates: int) -> None:
+        """A job of ``candidates`` built in ``seconds``."""
+        self.seconds.extend([seconds / candidates] * candidates)
+
+    def limit(self, candidates: int) -> float:
+        if len(self.seconds) < self.min_seen:
+            return self.cap
+        median = statistics.median(self.seconds)
+        return min(self.cap, max(self.floor, self.factor * median) + (candidates - 1) * 2 * median)
 
 
 def without_layout_rewrite(mod):
@@ -73,6 +110,13 @@ def build_batch(mods, target, out_dir: str) -> list[str]:
     return [f"{path}{_SEPARATOR}{n}" for n in names]
 
 
+def timed(fn, *args):
+    """Worker side: ``fn(*args)`` and the seconds it took."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
 def split_artifact(artifact: str) -> tuple[str, str | None]:
     """``(library path, function name)`` of an artifact; the name is None for a library of one candidate
     (its entry function)."""
@@ -99,8 +143,9 @@ class PersistentBuilder(PyBuilder):
         ``batch_fn(mods, target, out_dir) -> artifact paths`` a worker's share of a batch (default:
         :func:`build_batch` when ``build_fn`` is the default, else none: tests pass failing ones).
         ``batched=False`` builds every candidate alone (what an RPC runner uploads). A share gets
-        ``timeout_sec``, as one candidate does. ``shares_per_worker``: how finely a batch is cut (two: a
-        worker with one share idled while the other finished a heavier one; ``bench/build_shares.py``)."""
+        ``timeout_sec`` at most, as one candidate does (:class:`BuildTimeLimit`). ``shares_per_worker``: how
+        finely a batch is cut (two: a worker with one share idled while the other finished a heavier one;
+        ``bench/build_shares.py``)."""
         super().__init__()
         self.build_fn = build_fn
         if batch_fn is None and build_fn is build_and_export:
@@ -111,16 +156,31 @@ class PersistentBuilder(PyBuilder):
         self.max_workers = max_workers
         self.timeout_sec = timeout_sec
         self.max_uses = max_uses
+        self.limits = BuildTimeLimit(timeout_sec)
         self.artifact_dir = artifact_dir or tempfile.mkdtemp(prefix="dynatune-build-")
         os.makedirs(self.artifact_dir, exist_ok=True)
         self._pool = None
 
-    def _get_pool(self) -> PopenPoolExecutor:
+    def _get_pool(self, timeout: float) -> PopenPoolExecutor:
         if self._pool is None:
             self._pool = PopenPoolExecutor(
-                max_workers=self.max_workers, timeout=self.timeout_sec, maximum_process_uses=self.max_uses
+                max_workers=self.max_workers, timeout=timeout, maximum_process_uses=self.max_uses
             )
+        self._pool._timeout = timeout  # the executor sends its `_timeout` along with each job it sends
         return self._pool
+
+    def _map(self, fn, jobs: list, sizes: list[int]) -> tuple[list, float]:
+        """``fn`` over ``jobs`` (of ``sizes`` candidates) in the workers, each timed and limited to what
+        :attr:`limits` allows the largest; the MapResults (their values without the seconds), and the
+        limit."""
+        limit = self.limits.limit(max(sizes, default=1))
+        outcomes = list(self._get_pool(limit).map_with_error_catching(lambda job: timed(fn, job), jobs))
+        for k, (res, size) in enumerate(zip(outcomes, sizes)):
+            if res.status == StatusKind.COMPLETE:
+                value, seconds = res.value
+                self.limits.record(seconds, size)
+                outcomes[k] = res._replace(value=value)
+        return outcomes, limit
 
     def build(self, build_inputs):
         inputs = [(bi.mod, bi.target) for bi in build_inputs]
@@ -128,9 +188,10 @@ class PersistentBuilder(PyBuilder):
             return self._build_alone(inputs)
         shares = _shares(len(inputs), self.shares_per_worker * self.max_workers)
         fn, out_dir = self.batch_fn, self.artifact_dir  # the lambda goes to the workers: no `self` in it
-        outcomes = self._get_pool().map_with_error_catching(
+        outcomes, _ = self._map(
             lambda share: fn([m for m, _ in share], share[0][1], out_dir),
             [[inputs[k] for k in share] for share in shares],
+            [len(share) for share in shares],
         )
         results: list = [None] * len(inputs)
         retry = []
@@ -147,18 +208,19 @@ class PersistentBuilder(PyBuilder):
     def _build_alone(self, inputs) -> list:
         fn, out_dir = self.build_fn, self.artifact_dir
         results = []
-        for res in self._get_pool().map_with_error_catching(lambda x: fn(x[0], x[1], out_dir), inputs):
+        outcomes, limit = self._map(lambda x: fn(x[0], x[1], out_dir), inputs, [1] * len(inputs))
+        for res in outcomes:
             if res.status == StatusKind.COMPLETE:
                 results.append(BuilderResult(res.value, None))
             elif res.status == StatusKind.TIMEOUT:
-                results.append(BuilderResult(None, f"build timed out after {self.timeout_sec:.0f}s"))
+                results.append(BuilderResult(None, f"build timed out after {limit:.0f}s"))
             else:
                 results.append(BuilderResult(None, f"build failed: {_short(res.value)}"))
         return results
 
     def warm_up(self) -> None:
         """Start the workers now (TVM import) so the first round does not pay for it."""
-        pool = self._get_pool()
+        pool = self._get_pool(self.timeout_sec)
         futs = [pool.submit(_noop) for _ in range(self.max_workers)]
         for f in futs:
             f.result()

@@ -58,7 +58,9 @@ class SearchConfig(Section):
     cost_model: OneOf(cost_model_names) = "xgb"  # xgb | ensemble (AdaTune) | random
     contextual_exploration: bool = False  # ensemble only: rank by mean + kappa*std, kappa from sigma/best
     seed: int = Field(0, ge=0, le=MAX_SEED)
-    build_timeout_s: float = Field(15.0, gt=0)  # a legit build takes < 1 s; a pathological one minutes
+    # the most a build may take; once 8 candidates have built, a candidate may take 10x the median
+    # build, at least 4 s (dynatune.search.builder.BuildTimeLimit)
+    build_timeout_s: float = Field(15.0, gt=0)
     # a task's first batch starts with register-blocked kernels derived from the target
     # (dynatune.search.analytic): conv2d, dense, matmul and batch matmul on CPU targets
     analytic_first: bool = True

@@ -477,11 +477,16 @@ def test_scheduler_configs_differ_only_in_scheduler():
 
 # -- property-based ---------------------------------------------------------------------------------
 finite = st.floats(allow_nan=False, allow_infinity=False)
+# a string "env:NAME" names an environment variable (dynatune.secrets): valid only where it is set
 name_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12).filter(
-    lambda s: s.strip() != ""
+    lambda s: s.strip() != "" and not s.startswith("env:")
 )
 plain = st.recursive(
-    st.none() | st.booleans() | st.integers() | finite | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | finite
+    | st.text(max_size=8).filter(lambda v: not v.startswith("env:")),
     lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
     max_leaves=8,
 )
@@ -563,7 +568,9 @@ valid_config = opt(
         uri=st.none() | name_text,
         experiment=st.none() | name_text,
         run_name=st.none() | name_text,
-        tags=st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3),
+        tags=st.dictionaries(
+            st.text(max_size=6), st.text(max_size=6).filter(lambda v: not v.startswith("env:")), max_size=3
+        ),
     ),
     prefect_api_url=st.none() | name_text,
     warm_start=st.lists(name_text.map(lambda s: "r/" + s.replace("\x00", "")), max_size=3),

@@ -1,11 +1,12 @@
 """Batches: candidates built as a few libraries (two shares per build worker), each timed from one load of it
 (real TVM)."""
 
+import faults
 import numpy as np
 import pytest
 from helpers import make_tiny_onnx
 
-from dynatune.search.builder import PersistentBuilder, build_and_export, split_artifact
+from dynatune.search.builder import BuildTimeLimit, PersistentBuilder, build_and_export, split_artifact
 from dynatune.search.measure import MeasureConfig, make_runner
 
 FAST = MeasureConfig(adaptive=False, repeat=2, min_repeat_ms=1)  # exactly 2 repeats each
@@ -87,6 +88,50 @@ def test_a_candidate_that_crashes_inside_a_batch_fails_alone_and_the_rest_are_me
         for i, r in enumerate(results)
         if i != 1
     )
+
+
+def test_the_build_time_limit_follows_the_builds_it_has_seen():
+    limits = BuildTimeLimit(cap=15.0)  # factor 10, floor 4 s, after 8 candidates
+    assert limits.limit(4) == 15.0  # nothing seen yet: the cap
+    limits.record(0.7, 7)
+    assert limits.limit(1) == 15.0  # 7 seen
+    limits.record(0.1, 1)
+    assert limits.limit(1) == 4.0  # 10 x 0.1 s = 1 s: the floor
+    assert limits.limit(4) == pytest.approx(4.6)  # the floor for the slowest, 2 x 0.1 s for 3 others
+    for _ in range(64):
+        limits.record(1.0, 1)  # a loaded machine: builds of 1 s
+    assert limits.limit(1) == pytest.approx(10.0)  # 10 x 1 s
+    assert limits.limit(4) == 15.0  # 10 + 3 x 2 s: never above the cap
+
+
+@pytest.mark.slow
+def test_a_pathological_build_costs_the_limit_of_its_jobs_not_the_cap(cpu_target, tmp_path):
+    """One candidate of a batch whose build would take 10 minutes: its share is stopped at the share's limit,
+    the share's candidates are built alone, and it fails alone at one candidate's limit (4 s here), not at
+    the cap (60 s) twice."""
+    import time
+
+    faults.register()
+    good, _, _ = _vector_funcs()
+    slow = good.with_attr(faults.SLOW_BUILD, 1)
+    builder = PersistentBuilder(
+        2,
+        timeout_sec=60,
+        artifact_dir=str(tmp_path / "build"),
+        build_fn=faults.slow_build,
+        batch_fn=faults.slow_batch,
+    )
+    try:
+        assert all(b.error_msg is None for b in builder.build(_inputs([good] * 8, cpu_target)))
+        assert builder.limits.limit(1) == 4.0  # 8 candidates seen, each in well under 0.2 s
+        t0 = time.perf_counter()
+        built = builder.build(_inputs([good, good, good, slow, good, good, good, good], cpu_target))
+        elapsed = time.perf_counter() - t0
+    finally:
+        builder.close()
+    assert [b.error_msg is None for b in built] == [True] * 3 + [False] + [True] * 4
+    assert built[3].error_msg == "build timed out after 4s"
+    assert elapsed < 20  # a share's limit (about 4 s) + one candidate's (4 s) + worker restarts
 
 
 @pytest.mark.slow
