@@ -44,7 +44,7 @@ class BuildTimeLimit:
     ``cap`` (``search.build_timeout_s``) until ``min_seen`` candidates have been built. Then, with ``m`` the
     median of the last ``window`` candidates' build seconds: one candidate may take ``factor`` x ``m``, at
     least ``floor``, and each other candidate of the job twice ``m``; never more than ``cap``. The legit
-    builds of 1,073 candidates of the README job's model took at most 1.7 s (21x the median), the
+    builds of 956 candidates of the README job's model took at most 1.7 s (21x the median), the
     pathological ones 18-37 s (BENCHMARKS.md, session 19). Under load the median grows, and the limit with
     it.
     """

@@ -453,7 +453,7 @@ def test_shipped_configs_load(path, tmp_path):
     assert c.slot_s <= c.budget_s
     if path.stem == "quickstart":
         assert c.model.path == default_model_path()
-        assert (c.budget_s, c.slot_s, c.search.trials_per_iter) == (240, 15, 8)
+        assert (c.budget_s, c.slot_s, c.search.trials_per_iter) == (240, 15, 16)
         assert c.work_dir == str(tmp_path / "runs" / "quickstart")
     else:
         assert c.model.path.endswith(os.path.join("shared", "models", "squeezenet1_1.onnx"))
@@ -683,7 +683,6 @@ def test_random_overrides_and_files_only_raise_dynatune_errors(overrides, text):
 QUICKSTART_CHANGES = {
     "budget_s": 240,
     "slot_s": 15,
-    "search.trials_per_iter": 8,
     "work_dir": "runs/quickstart",
 }
 
