@@ -154,9 +154,8 @@ class PersistentBuilder(PyBuilder):
         self.batched = batched
         self.shares_per_worker = shares_per_worker
         self.max_workers = max_workers
-        self.timeout_sec = timeout_sec
         self.max_uses = max_uses
-        self.limits = BuildTimeLimit(timeout_sec)
+        self.limits = BuildTimeLimit(timeout_sec)  # its cap is timeout_sec
         self.artifact_dir = artifact_dir or tempfile.mkdtemp(prefix="dynatune-build-")
         os.makedirs(self.artifact_dir, exist_ok=True)
         self._pool = None
@@ -220,7 +219,7 @@ class PersistentBuilder(PyBuilder):
 
     def warm_up(self) -> None:
         """Start the workers now (TVM import) so the first round does not pay for it."""
-        pool = self._get_pool(self.timeout_sec)
+        pool = self._get_pool(self.limits.cap)
         futs = [pool.submit(_noop) for _ in range(self.max_workers)]
         for f in futs:
             f.result()
