@@ -18,6 +18,7 @@ from dynatune.errors import DynatuneError
 from dynatune.run.config import default_model_path, load_config, validate_dict
 from dynatune.schedulers import SCHEDULERS as _SCHEDULER_REGISTRY
 from dynatune.search.costmodel import COST_MODELS
+from dynatune.secrets import ENV_PREFIX
 
 SCHEDULERS = list(_SCHEDULER_REGISTRY)
 
@@ -477,16 +478,18 @@ def test_scheduler_configs_differ_only_in_scheduler():
 
 # -- property-based ---------------------------------------------------------------------------------
 finite = st.floats(allow_nan=False, allow_infinity=False)
-# a string "env:NAME" names an environment variable (dynatune.secrets): valid only where it is set
+
+
+def _no_env_reference(s: str) -> bool:
+    """A string "env:NAME" names an environment variable (dynatune.secrets): valid only where it is set."""
+    return not s.startswith(ENV_PREFIX)
+
+
 name_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12).filter(
-    lambda s: s.strip() != "" and not s.startswith("env:")
+    lambda s: s.strip() != "" and _no_env_reference(s)
 )
 plain = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | finite
-    | st.text(max_size=8).filter(lambda v: not v.startswith("env:")),
+    st.none() | st.booleans() | st.integers() | finite | st.text(max_size=8).filter(_no_env_reference),
     lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
     max_leaves=8,
 )
@@ -568,9 +571,7 @@ valid_config = opt(
         uri=st.none() | name_text,
         experiment=st.none() | name_text,
         run_name=st.none() | name_text,
-        tags=st.dictionaries(
-            st.text(max_size=6), st.text(max_size=6).filter(lambda v: not v.startswith("env:")), max_size=3
-        ),
+        tags=st.dictionaries(st.text(max_size=6), st.text(max_size=6).filter(_no_env_reference), max_size=3),
     ),
     prefect_api_url=st.none() | name_text,
     warm_start=st.lists(name_text.map(lambda s: "r/" + s.replace("\x00", "")), max_size=3),
