@@ -20,6 +20,7 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Annotated
 
 from pydantic import Field
 
@@ -33,6 +34,7 @@ from dynatune.search.index_args import bounds_by_args, index_bounds
 from dynatune.search.measure import MeasureConfig, make_runner
 from dynatune.search.retirement import RetirementPolicy
 from dynatune.search.section import MAX_SEED, OneOf, Section
+from dynatune.search.space import UNROLL_STEPS
 from dynatune.search.state_files import needs, read_json_file
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,11 @@ class SearchConfig(Section):
     # a task's first batch starts with register-blocked kernels derived from the target
     # (dynatune.search.analytic): conv2d, dense, matmul and batch matmul on CPU targets
     analytic_first: bool = True
+    # how far the search may unroll a block's loops (dynatune.search.space): MetaSchedule's CPU rules
+    # also offer 512 steps, which built 2.5-3x slower and won no task
+    unroll_steps: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=lambda: list(UNROLL_STEPS), min_length=1
+    )
 
 
 @dataclass
@@ -330,6 +337,7 @@ class TuningSession:
 
         from dynatune.search.intrinsics import import_tensor_intrinsics
         from dynatune.search.schedule_rules import quiet_missing_rules
+        from dynatune.search.space import post_order_apply
 
         import_tensor_intrinsics()  # before TuneContext imports it, slowly
         t = self.tasks[i]
@@ -346,7 +354,7 @@ class TuningSession:
         ctx = ms.TuneContext(
             mod=t.mod,
             target=self.target,
-            space_generator="post-order-apply",
+            space_generator=post_order_apply(t.mod, self.target, s.unroll_steps),
             search_strategy=strategy,
             task_name=t.name,
             rand_state=(s.seed * 7919 + i) % (2**31 - 1),
