@@ -215,6 +215,7 @@ def analytic_candidates(mod, spaces, postprocs, unit, cores: int, limit: int = 2
     first), from the design space in ``spaces`` that computes the epilogue nearest the register block;
     for a task that tiles no block, its :func:`streaming_candidates`; ``[]`` when no space fits."""
     from dynatune.search.replay import distinct_candidates, replay
+    from dynatune.search.space import tiles_a_block
 
     if unit is None or limit < 1:
         return []
@@ -228,13 +229,9 @@ def analytic_candidates(mod, spaces, postprocs, unit, cores: int, limit: int = 2
         )
         if found:
             return found
-    if any(_tiles(space) for space in spaces):
+    if any(tiles_a_block(space) for space in spaces):
         return []
     return streaming_candidates(mod, spaces, postprocs, limit)
-
-
-def _tiles(space) -> bool:
-    return "meta_schedule.tiling_structure" in str(space.trace)
 
 
 def streaming_decisions(unroll: int):

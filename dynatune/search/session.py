@@ -66,8 +66,8 @@ class SearchConfig(Section):
     # a task's first batch starts with register-blocked kernels derived from the target
     # (dynatune.search.analytic): conv2d, dense, matmul and batch matmul on CPU targets
     analytic_first: bool = True
-    # how far the search may unroll a block's loops (dynatune.search.space): MetaSchedule's CPU rules
-    # also offer 512 steps, which built 2.5-3x slower and won no task
+    # how far the search may unroll the loops of a task that tiles a block (dynatune.search.space):
+    # MetaSchedule's CPU rules also offer 512 steps, whose kernels took twice as long to build
     unroll_steps: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=lambda: list(UNROLL_STEPS), min_length=1
     )

@@ -2,12 +2,15 @@
 session chooses (``search.unroll_steps``).
 
 MetaSchedule's CPU rules let the search unroll each block's loops by 0, 16, 64 or 512 steps
-(``ParallelizeVectorizeUnroll``). The 512-step kernels cost the most to build: 0.34 s on average against
-0.11-0.14 s for the others, 2.5-3x, and every build that ran for tens of seconds was one of them. In the
-recorded runs they won no task (BENCHMARKS.md, session 20). Their builds were about a third of the build
-time for 15 % of the candidates. So by default the search samples from (0, 16, 64). A trace recorded with
-512 steps keeps its own choices when it is replayed (a trace carries its candidates), so nothing recorded
-is lost. ``search.unroll_steps: [0, 16, 64, 512]`` restores MetaSchedule's own space.
+(``ParallelizeVectorizeUnroll``). On a task that tiles a block (a convolution, a matmul: MetaSchedule's
+multi-level tiling), a 512-step kernel took about twice the others' build time on average (squeezenet1_1
+and mnasnet0_5: 0.24-0.26 s against 0.11-0.14 s), every build that ran for tens of seconds was one of them,
+and it was the best kernel of 6 of their 52 tiled tasks, by 1-62 % (BENCHMARKS.md, session 20). So a tiled
+task's search samples from ``search.unroll_steps``, (0, 16, 64) by default. A task that tiles no block (a
+pooling, a mean, a softmax) keeps MetaSchedule's own steps: a small reduction unrolled whole ran up to 3.9x
+faster there (squeezenet1_1's global average pool), and its builds are cheap. A trace recorded with 512
+steps keeps its own choices when it is replayed (a trace carries its candidates): nothing recorded is lost.
+``search.unroll_steps: [0, 16, 64, 512]`` gives every task MetaSchedule's own space.
 """
 
 from __future__ import annotations
@@ -16,12 +19,16 @@ UNROLL_STEPS = (0, 16, 64)
 
 
 def post_order_apply(mod, target, unroll_steps=UNROLL_STEPS):
-    """The space generator MetaSchedule's ``"post-order-apply"`` would give ``mod`` on ``target``, its
-    loops unrolled by one of ``unroll_steps``."""
+    """The space generator MetaSchedule's ``"post-order-apply"`` would give ``mod`` on ``target``; if
+    ``mod`` tiles a block, its loops unrolled by one of ``unroll_steps``."""
     from tvm.s_tir import meta_schedule as ms
 
     defaults = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", num_threads=1)
-    rules = [with_unroll_steps(rule, unroll_steps) for rule in defaults.space_generator.sch_rules]
+    rules = defaults.space_generator.sch_rules
+    if any(tiles_a_block(space) for space in defaults.generate_design_space()):
+        rules = [with_unroll_steps(rule, unroll_steps) for rule in rules]
+    else:
+        rules = [rule.clone() for rule in rules]
     return ms.space_generator.PostOrderApply(
         sch_rules=rules, postprocs="from-target", mutator_probs="from-target"
     )
@@ -39,3 +46,8 @@ def with_unroll_steps(rule, unroll_steps):
         unroll_max_steps=[int(s) for s in unroll_steps],
         unroll_explicit=bool(rule.unroll_explicit),
     )
+
+
+def tiles_a_block(space) -> bool:
+    """Whether a design space tiles a block (MetaSchedule's multi-level tiling: a convolution, a matmul)."""
+    return "meta_schedule.tiling_structure" in str(space.trace)

@@ -46,6 +46,25 @@ def steps(space) -> list[str]:
     return [f"{i.kind.name}{list(i.attrs)}" for i in space.trace.insts]
 
 
+def test_a_task_that_tiles_no_block_keeps_metaschedules_unroll_steps(tmp_path):
+    """A pool (or a mean, a softmax) tiles no block: a small reduction unrolled whole (512 steps) ran 3.9x
+    faster there, and its builds are cheap, so its space keeps MetaSchedule's own steps."""
+    from helpers import make_maxpool_onnx
+    from tvm.s_tir import meta_schedule as ms
+
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
+    from dynatune.search.space import post_order_apply, tiles_a_block
+
+    target = x86_target("avx512")
+    model = load_model(make_maxpool_onnx(str(tmp_path / "pool.onnx"), 32, size=16))
+    pool = next(t for t in extract_tasks(model, target) if "pool" in t.name)
+    ctx = ms.TuneContext(mod=pool.mod, target=target, space_generator=post_order_apply(pool.mod, target))
+    spaces = ctx.generate_design_space()
+    assert spaces and not any(tiles_a_block(s) for s in spaces)
+    assert {tuple(c) for s in spaces for c in unroll_choices(s)} == {(0, 16, 64, 512)}
+
+
 def test_the_session_samples_only_the_configured_unroll_steps(cpu_target, tmp_path):
     from dynatune.model.extract import extract_tasks
     from dynatune.model.importer import load_model
