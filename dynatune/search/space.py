@@ -4,12 +4,12 @@ session chooses (``search.unroll_steps``).
 MetaSchedule's CPU rules let the search unroll each block's loops by 0, 16, 64 or 512 steps
 (``ParallelizeVectorizeUnroll``). On a task that tiles a block (a convolution, a matmul: MetaSchedule's
 multi-level tiling), a 512-step kernel took about twice the others' build time on average (squeezenet1_1
-and mnasnet0_5: 0.24-0.26 s against 0.11-0.14 s), every build that ran for tens of seconds was one of them,
-and it was the best kernel of 6 of their 52 tiled tasks, by 1-62 % (BENCHMARKS.md, session 20). So a tiled
-task's search samples from ``search.unroll_steps``, (0, 16, 64) by default. A task that tiles no block (a
-pooling, a mean, a softmax) keeps MetaSchedule's own steps: a small reduction unrolled whole ran up to 3.9x
-faster there (squeezenet1_1's global average pool), and its builds are cheap. A trace recorded with 512
-steps keeps its own choices when it is replayed (a trace carries its candidates): nothing recorded is lost.
+and mnasnet0_5: 0.24-0.26 s against 0.11-0.14 s; session 19's 35 s build was one of them), and it was the
+best kernel of 6 of their 52 tiled tasks, by 1-62 % (BENCHMARKS.md, session 20). So a tiled task's search
+samples from ``search.unroll_steps``, (0, 16, 64) by default. A task that tiles no block (a pooling, a
+mean, a softmax) keeps MetaSchedule's own steps: a small reduction unrolled whole ran up to 3.9x faster
+there (squeezenet1_1's global average pool), and its builds are cheap. A trace recorded with 512 steps
+keeps its own choices when it is replayed (a trace carries its candidates): nothing recorded is lost.
 ``search.unroll_steps: [0, 16, 64, 512]`` gives every task MetaSchedule's own space.
 """
 
