@@ -4,8 +4,8 @@ ONNX Runtime runs the whole model with its profiler on, in rounds interleaved wi
 compared to; each of its kernels (a Conv with its fused activation, a MatMul, a Gemm) is then matched to
 the task with the same weight and output shapes (:func:`shape_key`, which ignores the layout: OHWI or
 OIHW weights, NHWC or NCHW outputs, a transposed weight). ONNX Runtime pads channels to its NCHWc block
-(1000 output channels become 1008), and so may dynatune (:mod:`dynatune.model.channel_padding`), so a dim
-may differ by up to one block on either side. Its kernels are
+(1000 output channels become 1008), and so may dynatune (:mod:`dynatune.model.channel_padding`, up to
+one vector past the whole vectors: 1000 -> 1024), so a dim may differ by up to two blocks. Its kernels are
 timed where they run, inside the model: a one-node model would charge each operator with the layout
 conversions that the whole model does once, and flatter dynatune.
 """
@@ -21,8 +21,12 @@ from collections import defaultdict
 
 import numpy as np
 
+from dynatune.model.channel_padding import EXTRA_VECTORS
+
 ANCHORED_OPS = {"Conv", "FusedConv", "MatMul", "FusedMatMul", "Gemm"}
 CHANNEL_BLOCK = 16  # ONNX Runtime's NCHWc block on AVX-512 (8 on AVX2): its padding is smaller
+# how far a dim may differ by padding: ONNX Runtime's block, or dynatune's whole vectors and extra ones
+PADDING_TOLERANCE = CHANNEL_BLOCK * (1 + EXTRA_VECTORS)
 
 
 def shape_key(weight_shape, output_shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -52,7 +56,7 @@ def _padded_match(task_dims, ort_dims) -> int | None:
     if len(task_dims) != len(ort_dims):
         return None
     gaps = [abs(o - t) for t, o in zip(task_dims, ort_dims)]
-    return sum(gaps) if all(g < CHANNEL_BLOCK for g in gaps) else None
+    return sum(gaps) if all(g < PADDING_TOLERANCE for g in gaps) else None
 
 
 def match_tasks(tasks, kernels: dict) -> dict:

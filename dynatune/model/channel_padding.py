@@ -1,15 +1,23 @@
-"""Output channels padded to whole vectors, where the padding costs nothing after a global pooling.
+"""Output channels padded to whole register blocks, where the padding costs nothing after a global pooling.
 
 A convolution vectorizes its output channels (NHWC). When their number is not a multiple of the target's
 vector lanes, no tiling MetaSchedule can sample covers them with whole registers: SqueezeNet's
 1000-channel classifier is 8 x 125 channels, and on AVX-512 (16 lanes) it ran at 1.11-1.24x ONNX
 Runtime's kernel, which pads (BENCHMARKS.md, session 17), while the 3x3 convolutions beside it ran at
-0.9-1.0x. Here such a convolution gets zero weights up to the next multiple of the lanes (1000 -> 1008),
-and the padding is carried through what follows it channel by channel (the bias add with a zero-padded
-bias, the activation, a global average pooling) until a slice takes the real channels back.
+0.9-1.0x. When their vectors admit only a poor register block, the same holds. Here such a convolution gets
+zero weights up to whole register blocks, and the padding is carried through what follows it channel by
+channel (the bias add with a zero-padded bias, the activation, a global average pooling) until a slice
+takes the real channels back.
+
+How far: to the whole vectors, or one vector more, whichever lets the best register block
+(:mod:`dynatune.machine.register_block`) compute more real channels per FMA. 1008 channels on a 13 x 13
+output are 63 AVX-512 vectors: only a one-vector block of 13 rows fits, 14 loads for 13 FMAs, and on a CPU
+with two 512-bit FMA pipes the kernel stayed at 1.12x ONNX Runtime's (BENCHMARKS.md, session 20). 1024 are
+64 vectors: 13 rows x 2 vectors, for 1.6 % more FLOPs. On a 12 x 12 output, 20 channels become 32 on
+AVX-512 and 24 on AVX2.
 
 A convolution is padded only where that slice lands on a tensor of one pixel (after a global pooling): the
-padded channels then cost their share of FLOPs (0.8 % for 1000 -> 1008) and a copy of a few hundred
+padded channels then cost their share of FLOPs (0.8-2.4 % for 1000 channels) and a copy of a few hundred
 floats, no more. Anything else keeps its convolution as it is. The real channels compute exactly what
 they did: the same weights, the same reduction order, the same epilogue (tested).
 
@@ -23,6 +31,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from dynatune.machine.register_block import block_score
 from dynatune.model.layout import _BROADCASTING as _BINARY
 from dynatune.model.layout import _UNARY as _LAYOUT_UNARY
 
@@ -33,13 +42,20 @@ _SPATIAL_REDUCE = {"relax.mean", "relax.sum", "relax.max", "relax.min"}
 _POOLS = {"relax.nn.avg_pool2d", "relax.nn.max_pool2d", "relax.nn.adaptive_avg_pool2d"}
 
 
-def padded_channels(channels: int, lanes: int) -> int:
-    """``channels`` rounded up to whole vectors of ``lanes``."""
-    return -(-channels // lanes) * lanes
+EXTRA_VECTORS = 1  # vectors a convolution may be padded past its whole vectors, for a better register block
 
 
-def pad_channels_pass(lanes: int):
-    """A module pass padding every convolution it can (see the module's doc) to multiples of ``lanes``."""
+def padded_channels(channels: int, rows: list[int], unit) -> int:
+    """``channels`` padded for ``unit`` on an output of ``rows`` (its extents but the channels'): to whole
+    vectors, or up to :data:`EXTRA_VECTORS` more, whichever computes the most real channels per FMA (of
+    equal ones the least padded)."""
+    whole = -(-channels // unit.lanes) * unit.lanes
+    options = [whole + k * unit.lanes for k in range(EXTRA_VECTORS + 1)]
+    return max(options, key=lambda c: (round(block_score([*rows, c], unit) * channels / c, 6), -c))
+
+
+def pad_channels_pass(unit):
+    """A module pass padding every convolution it can (see the module's doc) for the vector unit ``unit``."""
     import tvm
     from tvm import relax
 
@@ -48,7 +64,7 @@ def pad_channels_pass(lanes: int):
         for gv, func in list(mod.functions.items()):
             if not isinstance(func, relax.Function):
                 continue
-            plan = _plan(func, lanes)
+            plan = _plan(func, unit)
             if plan.convs:
                 mod[gv] = _rewrite(mod, func, plan)
         return mod
@@ -58,12 +74,11 @@ def pad_channels_pass(lanes: int):
 
 @dataclass
 class _Plan:
-    lanes: int
-    convs: dict = field(default_factory=dict)  # conv var -> its real output channels
-    carried: dict = field(default_factory=dict)  # var computed on the padded tensor -> real channels
+    convs: dict = field(default_factory=dict)  # conv var -> (its real output channels, padded)
+    carried: dict = field(default_factory=dict)  # var computed on the padded tensor -> (real, padded)
 
 
-def _plan(func, lanes: int) -> _Plan:
+def _plan(func, unit) -> _Plan:
     """Which convolutions to pad, and which bindings after them carry the padding."""
     from tvm import relax
 
@@ -76,20 +91,20 @@ def _plan(func, lanes: int) -> _Plan:
                     users[arg].append(binding.var)
     for out in _var_args(func.body.body):
         users[out].append(None)  # the function's result: a slice is needed there
-    plan = _Plan(lanes)
+    plan = _Plan()
     for var, value in bindings.items():
-        channels = _paddable_conv(var, value, lanes, bindings)
+        channels = _paddable_conv(var, value, unit, bindings)
         if channels is None:
             continue
-        carried: dict = {}
-        if _carries_to_one_pixel(var, channels, bindings, users, carried):
+        carried: set = set()
+        if _carries_to_one_pixel(var, channels[0], bindings, users, carried):
             plan.convs[var] = channels
-            plan.carried.update(carried)
+            plan.carried.update({v: channels for v in carried})
     return plan
 
 
-def _paddable_conv(var, value, lanes: int, bindings) -> int | None:
-    """The output channels of a convolution to pad, or None."""
+def _paddable_conv(var, value, unit, bindings) -> tuple[int, int] | None:
+    """The output channels of a convolution to pad, and how many it gets; or None."""
     from tvm import relax
 
     if not (isinstance(var, relax.DataflowVar) and _op(value) == "relax.nn.conv2d"):
@@ -101,10 +116,11 @@ def _paddable_conv(var, value, lanes: int, bindings) -> int | None:
     if str(var.ty.dtype) != "float32" or not _constant(value.args[1], bindings):
         return None
     channels = shape[-1]
-    return channels if channels >= lanes and channels % lanes else None
+    padded = padded_channels(channels, shape[:-1], unit) if channels >= unit.lanes else channels
+    return (channels, padded) if padded != channels else None
 
 
-def _carries_to_one_pixel(var, channels: int, bindings, users, carried: dict, depth: int = 0) -> bool:
+def _carries_to_one_pixel(var, channels: int, bindings, users, carried: set, depth: int = 0) -> bool:
     """Whether every use of ``var`` (padded) either carries the padding on, or can take a slice of one
     pixel; the bindings that carry it are added to ``carried``."""
     needs_slice = False
@@ -112,7 +128,7 @@ def _carries_to_one_pixel(var, channels: int, bindings, users, carried: dict, de
         if user is not None and depth < 32 and _carries(user, bindings[user], var, channels, bindings):
             if not _carries_to_one_pixel(user, channels, bindings, users, carried, depth + 1):
                 return False
-            carried[user] = channels
+            carried.add(user)
         else:
             needs_slice = True
     shape = _shape(var)
@@ -161,7 +177,7 @@ def _rewrite(mod, func, plan: _Plan):
         def visit_var_binding_(self, binding):
             var, value = binding.var, binding.value
             if var in plan.convs:
-                weight = self._pad(self.visit_expr(value.args[1]), plan.convs[var], axis=0)
+                weight = self._pad(self.visit_expr(value.args[1]), *plan.convs[var], axis=0)
                 new = relax.Call(value.op, [self.visit_expr(value.args[0]), weight], value.attrs)
             elif var in plan.carried:
                 channels = plan.carried[var]
@@ -171,20 +187,20 @@ def _rewrite(mod, func, plan: _Plan):
                 return super().visit_var_binding_(binding)
             self.padded[var] = self.builder_.emit(new)
 
-        def _carried_arg(self, arg, value, channels: int):
+        def _carried_arg(self, arg, value, channels: tuple[int, int]):
             if arg in self.padded:
                 return self.padded[arg]
             arg_value = self.visit_expr(arg)
             shape = _shape(arg)
-            if shape and shape[-1] == channels:  # a per-channel constant: its padding never reaches a result
+            if shape and shape[-1] == channels[0]:  # a per-channel constant: its padding reaches no result
                 fill = 1.0 if _op(value) in ("relax.divide", "relax.power") else 0.0
-                return self._pad(arg_value, channels, axis=len(shape) - 1, value=fill)
+                return self._pad(arg_value, *channels, axis=len(shape) - 1, value=fill)
             return arg_value
 
-        def _pad(self, expr, channels: int, axis: int, value: float = 0.0):
+        def _pad(self, expr, channels: int, padded: int, axis: int, value: float = 0.0):
             rank = len(_shape(expr))
             width = [0] * (2 * rank)
-            width[2 * axis + 1] = padded_channels(channels, plan.lanes) - channels
+            width[2 * axis + 1] = padded - channels
             return self.builder_.emit(relax.op.nn.pad(expr, width, pad_value=value))
 
         def visit_dataflow_var_(self, op):

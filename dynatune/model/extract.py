@@ -60,8 +60,8 @@ class Lowering:
     place_concat: bool = True
     # CPU targets, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (dynatune.model.winograd)
     winograd: bool = False
-    # CPU targets, NHWC: a convolution's output channels padded to whole vectors where a global pooling
-    # follows (dynatune.model.channel_padding)
+    # CPU targets, NHWC: a convolution's output channels padded to whole register blocks where a global
+    # pooling follows (dynatune.model.channel_padding)
     pad_channels: bool = True
 
     def prepacks(self, target) -> bool:
@@ -82,13 +82,18 @@ class Lowering:
         convolutions are in NHWC, never otherwise."""
         return bool(self.winograd) and self._nhwc_cpu(target)
 
-    def pads_channels(self, target) -> int:
-        """The vector lanes convolutions' output channels are padded to for ``target`` (0: none): as asked on
-        CPU targets whose convolutions are in NHWC and whose vectors hold more than one float."""
+    def pads_channels(self, target):
+        """The vector unit convolutions' output channels are padded for on ``target`` (``None``: no padding):
+        as asked on CPU targets whose convolutions are in NHWC and whose vectors hold more than one float."""
         from dynatune.machine.vector import vector_unit
 
         unit = vector_unit(target) if self.pad_channels and self._nhwc_cpu(target) else None
-        return unit.lanes if unit is not None and unit.lanes > 1 else 0
+        return unit if unit is not None and unit.lanes > 1 else None
+
+    def _padding(self, target) -> str:
+        """How channels are padded, for the task cache's key: lanes x accumulators (0: none)."""
+        unit = self.pads_channels(target)
+        return f"{unit.lanes}x{unit.accumulators}" if unit is not None else "0"
 
     def _nhwc_cpu(self, target) -> bool:
         from dynatune.model.layout import resolve_conv_layout
@@ -102,7 +107,7 @@ class Lowering:
         return (
             f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
             f"|fast_math={self.fast_maths(target)}|place_concat={self.places_concats(target)}"
-            f"|winograd={self.winograds(target)}|pad_channels={self.pads_channels(target)}"
+            f"|winograd={self.winograds(target)}|pad_channels={self._padding(target)}"
         )
 
 
@@ -135,10 +140,10 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
     from dynatune.model.layout import conv_layout_passes, resolve_conv_layout
 
     passes = conv_layout_passes(resolve_conv_layout(target, lowering.conv_layout))
-    if lanes := lowering.pads_channels(target):
+    if unit := lowering.pads_channels(target):
         from dynatune.model.channel_padding import pad_channels_pass
 
-        passes.append(pad_channels_pass(lanes))
+        passes.append(pad_channels_pass(unit))
     passes += backend_passes(target, "library_dispatch_passes") + [
         relax.transform.DecomposeOpsForInference(),
         # batch norm decomposes into (y, mean, var)[0]: the tuple would stop the activation after it from

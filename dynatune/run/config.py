@@ -98,7 +98,7 @@ class CompileSection(Section):
     place_concat: bool = Lowering.place_concat
     # CPU, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (model.winograd); changes their keys
     winograd: bool = Lowering.winograd
-    # CPU, NHWC: output channels padded to whole vectors before a global pooling (model.channel_padding)
+    # CPU, NHWC: output channels padded to register blocks before a global pooling (model.channel_padding)
     pad_channels: bool = Lowering.pad_channels
     # a timing against ONNX Runtime on a busy machine is tried this many times, timing_wait_s apart, before
     # it is kept as taken under load (dynatune.machine.load)

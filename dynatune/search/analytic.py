@@ -11,7 +11,7 @@ matmul), this module *chooses* the design space's decisions:
   columns in a matmul) as whole vectors, times rows taken from the next axes (width, then height), so that
   ``rows x vectors`` accumulators fill the registers the target has
   (:attr:`~dynatune.machine.vector.VectorUnit.accumulators`), with enough independent FMAs to hide their
-  latency;
+  latency (:mod:`dynatune.machine.register_block` scores the blocks);
 - the inner reduction tile (``R1``) is 1: each step is one broadcast per row and one load per weight
   vector (AVX-512 folds the broadcast into the FMA), and the whole reduction runs on the accumulators;
 - the outer spatial tiles (``S0``) give the threads balanced jobs, ``S1`` walks the tiles of a job, and
@@ -34,26 +34,12 @@ max pools that space ran 1.4-4x faster than the ``RFactor`` one (13 against 18-3
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-# MetaSchedule's CPU rules vectorize the innermost loops up to this many lanes (ParallelVectorizeUnroll):
-# a register block whose rows x columns is at most this would be fused into one long vector
-MAX_VECTORIZE = 64
+from dynatune.machine.register_block import RegisterBlock, divisors, register_blocks
+
 UNROLL_STEPS = 64  # the unroll decision: the register block and its epilogue unrolled, not the reduction
-LATENCY_ACCUMULATORS = 8  # independent FMAs in flight to hide an FMA's latency (4 cycles x 2 pipes)
 JOBS_PER_CORE = 8  # parallel jobs per core for balanced threads
-
-
-@dataclass(frozen=True)
-class RegisterBlock:
-    columns: int  # the vector axis' tile (S3 of the innermost spatial loop)
-    rows: tuple[int, ...]  # the tiles of the other spatial loops, outermost first
-    score: float
-
-    @property
-    def row_count(self) -> int:
-        return math.prod(self.rows)
 
 
 @dataclass(frozen=True)
@@ -63,69 +49,6 @@ class TilePlan:
     spatial: tuple[tuple[int, int, int, int], ...]
     reduction: tuple[tuple[int, int], ...]
     block: RegisterBlock
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def register_blocks(spatial: list[int], unit) -> list[RegisterBlock]:
-    """Every register block that fits ``unit``'s registers, best first.
-
-    A block's score is the share of its vector lanes that compute (a column count that is not a multiple
-    of the lanes wastes some) times how well it hides the FMA latency (at least
-    :data:`LATENCY_ACCUMULATORS` accumulators) times how few loads feed each FMA.
-    """
-    columns_extent, row_extents = spatial[-1], spatial[:-1]
-    inner = [len(row_extents) - 1 - k for k in range(min(2, len(row_extents)))]  # the two innermost rows
-    out = []
-    for columns in (d for d in divisors(columns_extent) if d <= MAX_VECTORIZE and _whole_vectors(d, unit)):
-        vectors = -(-columns // unit.lanes)
-        max_rows = unit.accumulators // vectors
-        if max_rows < 1:
-            continue
-        for rows in _row_tiles(row_extents, inner, max_rows):
-            n_rows = math.prod(rows)
-            innermost = next((r for r in reversed(rows) if r > 1), 1)
-            if n_rows > 1 and innermost * columns <= MAX_VECTORIZE:
-                continue  # rows and columns would be vectorized as one vector: no broadcasts
-            accumulators = n_rows * vectors
-            lanes_used = columns / (vectors * unit.lanes)
-            latency = min(1.0, accumulators / LATENCY_ACCUMULATORS)
-            loads = min(1.0, accumulators / (vectors + n_rows))
-            out.append(RegisterBlock(columns, rows, lanes_used * latency * loads))
-    # best first; of equal ones, rows from the innermost loop (contiguous inputs); one block per shape
-    out.sort(
-        key=lambda b: (-round(b.score, 6), -b.row_count * b.columns, -b.columns, [-r for r in b.rows[::-1]])
-    )
-    best: dict[tuple[int, int], RegisterBlock] = {}
-    for b in out:
-        best.setdefault((b.columns, b.row_count), b)
-    return list(best.values())
-
-
-def _whole_vectors(columns: int, unit) -> bool:
-    """A power of two of whole vectors, or a power-of-two part of one (a narrower register): LLVM splits
-    any other width into pieces and shuffles (48 columns, 3 AVX-512 vectors, spilled 1161 times in a
-    mnasnet convolution's loop: 10 GFLOP/s)."""
-    vectors, power_of_two = columns / unit.lanes, columns & (columns - 1) == 0
-    return power_of_two and (vectors >= 1 or unit.lanes % columns == 0)
-
-
-def _row_tiles(extents: list[int], inner: list[int], max_rows: int):
-    """Row tiles: divisors of the (up to two) innermost row loops whose product is at most ``max_rows``."""
-    if not inner:
-        yield ()
-        return
-    last = inner[0]
-    second = inner[1] if len(inner) > 1 else None
-    for a in (d for d in divisors(extents[last]) if d <= max_rows):
-        for b in (d for d in divisors(extents[second]) if d * a <= max_rows) if second is not None else [1]:
-            rows = [1] * len(extents)
-            rows[last] = a
-            if second is not None:
-                rows[second] = b
-            yield tuple(rows)
 
 
 def plan_tiles(spatial: list[int], reduction: list[int], unit, cores: int, rank: int = 0) -> TilePlan | None:

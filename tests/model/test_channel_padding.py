@@ -1,12 +1,13 @@
-"""Output channels padded to whole vectors before a global pooling (``compile.pad_channels``): the padded
-convolution is the task, its size follows the target's vector lanes, a convolution whose output is not
-pooled keeps its channels, and the model's outputs do not change."""
+"""Output channels padded to whole register blocks before a global pooling (``compile.pad_channels``): the
+padded convolution is the task, its size follows the target's vector unit, a convolution whose output is
+not pooled keeps its channels, the model's outputs do not change, and ONNX Runtime's op stays its anchor."""
 
 import numpy as np
 import pytest
 
 from dynatune.compiler.compile import build, verify
 from dynatune.compiler.runtime import relax_vm
+from dynatune.machine.vector import VectorUnit
 from dynatune.model.channel_padding import padded_channels
 from dynatune.model.extract import Lowering, extract_tasks
 from dynatune.model.importer import load_model
@@ -72,21 +73,41 @@ def conv_channels(tasks) -> list[int]:
     return sorted(found)
 
 
-@pytest.mark.parametrize("mcpu,lanes", [("skylake-avx512", 16), ("haswell", 8)])
-def test_pooled_convolution_is_padded_to_the_targets_vectors_and_the_other_is_not(model, mcpu, lanes):
+AVX512, AVX2 = VectorUnit("avx512", 16, 32), VectorUnit("avx2", 8, 16)
+
+
+@pytest.mark.parametrize("mcpu,lanes,padded", [("skylake-avx512", 16, 32), ("haswell", 8, 24)])
+def test_pooled_convolution_is_padded_for_the_targets_vectors_and_the_other_not(model, mcpu, lanes, padded):
     target = x86(mcpu)
-    assert Lowering().pads_channels(target) == lanes
-    assert f"pad_channels={lanes}" in Lowering().describe(target)
-    assert conv_channels(extract_tasks(model, target)) == [20, padded_channels(20, lanes)]
+    assert Lowering().pads_channels(target).lanes == lanes
+    assert f"pad_channels={lanes}x" in Lowering().describe(target)
+    assert conv_channels(extract_tasks(model, target)) == [20, padded]
     assert conv_channels(extract_tasks(model, target, OFF)) == [20, 20]
-    assert OFF.pads_channels(target) == 0
+    assert OFF.pads_channels(target) is None
+
+
+def test_padding_follows_the_register_blocks_the_target_allows():
+    # 1008 channels on 13 x 13 are 63 AVX-512 vectors: only 13 rows x 1 vector (14 loads per 13 FMAs); 1024
+    # allow 13 rows x 2 vectors. On AVX2, 1000 are 125 vectors, and 1008 allow two-vector blocks.
+    assert padded_channels(1000, [1, 13, 13], AVX512) == 1024
+    assert padded_channels(1008, [1, 13, 13], AVX512) == 1024
+    assert padded_channels(1000, [1, 13, 13], AVX2) == 1008
+    # whole blocks already: nothing to gain
+    assert padded_channels(1280, [1, 7, 7], AVX512) == 1280
+    assert padded_channels(1024, [1, 13, 13], AVX512) == 1024
+    assert padded_channels(64, [1, 12, 12], AVX2) == 64
+    # never more than one vector past the whole vectors
+    for channels in range(16, 300, 7):
+        for unit in (AVX512, AVX2):
+            whole = -(-channels // unit.lanes) * unit.lanes
+            assert padded_channels(channels, [1, 13, 13], unit) in (whole, whole + unit.lanes)
 
 
 def test_gpu_and_nchw_targets_pad_nothing():
     import tvm
 
-    assert Lowering().pads_channels(tvm.target.Target({"kind": "cuda", "arch": "sm_80"})) == 0
-    assert Lowering(conv_layout="NCHW").pads_channels(x86("skylake-avx512")) == 0
+    assert Lowering().pads_channels(tvm.target.Target({"kind": "cuda", "arch": "sm_80"})) is None
+    assert Lowering(conv_layout="NCHW").pads_channels(x86("skylake-avx512")) is None
 
 
 def test_padded_model_matches_the_unpadded_one_and_onnxruntime(model, cpu_target):
@@ -108,3 +129,14 @@ def test_the_padded_convolution_keeps_its_onnx_runtime_anchor(model, cpu_target,
     tasks = extract_tasks(model, cpu_target)
     anchors = run_anchors(model, tasks, str(tmp_path), threads=1)
     assert {t.index for t in tasks if "conv2d" in t.name} <= set(anchors)
+
+
+def test_onnx_runtimes_op_matches_a_task_padded_a_vector_past_its_whole_vectors():
+    from dynatune.compiler.anchors import _padded_match, shape_key
+
+    ort = shape_key((1000, 512, 1, 1), (1, 1000, 13, 13))  # ONNX Runtime's Conv, NCHW
+    for padded in (1008, 1024):  # whole vectors, and one vector more
+        task = shape_key((padded, 1, 1, 512), (1, 13, 13, padded))  # the padded task, OHWI and NHWC
+        assert _padded_match(task[0], ort[0]) == padded - 1000
+        assert _padded_match(task[1], ort[1]) == padded - 1000
+    assert _padded_match(shape_key((1064, 512), ())[0], ort[0]) is None  # a different convolution

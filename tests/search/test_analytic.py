@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dynatune.machine.register_block import register_blocks
 from dynatune.machine.target import cpu_model_and_isa
 from dynatune.machine.vector import VectorUnit
-from dynatune.search.analytic import plan_tiles, register_blocks
+from dynatune.search.analytic import plan_tiles
 
 AVX512 = VectorUnit("avx512", 16, 32)
 AVX2 = VectorUnit("avx2", 8, 16)
