@@ -6,7 +6,7 @@ accumulators in the vector registers: each reduction step loads ``vectors`` weig
 input per row, and issues ``rows x vectors`` FMAs. Which blocks exist follows from the output's extents
 (the tiles are exact divisors) and from the registers the target has. The same model decides how far a
 convolution's output channels are padded (:mod:`dynatune.model.channel_padding`): SqueezeNet's 1000
-channels, padded to 1008, are 63 AVX-512 vectors, which only a one-vector block covers.
+channels on a 13 x 13 output, padded to 1008, are 63 AVX-512 vectors, which only a one-vector block covers.
 """
 
 from __future__ import annotations
