@@ -63,6 +63,9 @@ class Lowering:
     # CPU targets, NHWC: a convolution's output channels padded to whole register blocks where a global
     # pooling follows (dynatune.model.channel_padding)
     pad_channels: bool = True
+    # CPU targets, NHWC: a convolution of the model's NCHW input reads it as it lies, with no transpose
+    # kernel before it (dynatune.model.input_layout)
+    read_input: bool = True
 
     def prepacks(self, target) -> bool:
         return uses_prepack(target, self.prepack)
@@ -81,6 +84,11 @@ class Lowering:
         """Whether eligible convolutions are lowered as Winograd for ``target``: as asked on CPU targets whose
         convolutions are in NHWC, never otherwise."""
         return bool(self.winograd) and self._nhwc_cpu(target)
+
+    def reads_input(self, target) -> bool:
+        """Whether a convolution of a model input reads it in NCHW for ``target``: as asked on CPU targets
+        whose convolutions are in NHWC, never otherwise."""
+        return bool(self.read_input) and self._nhwc_cpu(target)
 
     def pads_channels(self, target):
         """The vector unit convolutions' output channels are padded for on ``target`` (``None``: no padding):
@@ -108,7 +116,27 @@ class Lowering:
             f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
             f"|fast_math={self.fast_maths(target)}|place_concat={self.places_concats(target)}"
             f"|winograd={self.winograds(target)}|pad_channels={self._padding(target)}"
+            f"|read_input={self.reads_input(target)}"
         )
+
+
+def _conv_legalize(target, lowering: Lowering) -> dict | None:
+    """The lowering's own legalization of ``relax.nn.conv2d`` (None: TVM's): Winograd where eligible, and a
+    convolution that reads the model's NCHW input (:mod:`dynatune.model.input_layout`)."""
+    import tvm
+
+    if lowering.winograds(target):
+        from dynatune.model.winograd import legalize as direct
+    elif lowering.reads_input(target):
+        direct = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
+    else:
+        return None
+    if not lowering.reads_input(target):
+        return {"relax.nn.conv2d": direct}
+    from dynatune.model.input_layout import legalize as reading_input
+    from dynatune.model.input_layout import reads_nchw
+
+    return {"relax.nn.conv2d": lambda bb, call: (reading_input if reads_nchw(call) else direct)(bb, call)}
 
 
 def _is_gpu(target) -> bool:
@@ -144,6 +172,10 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
         from dynatune.model.channel_padding import pad_channels_pass
 
         passes.append(pad_channels_pass(unit))
+    if lowering.reads_input(target):
+        from dynatune.model.input_layout import read_input_pass
+
+        passes.append(read_input_pass())
     passes += backend_passes(target, "library_dispatch_passes") + [
         relax.transform.DecomposeOpsForInference(),
         # batch norm decomposes into (y, mean, var)[0]: the tuple would stop the activation after it from
@@ -152,13 +184,8 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
     ]
     if lowering.fast_maths(target):
         passes.append(fast_math_pass())
-    legalize = None
-    if lowering.winograds(target):
-        from dynatune.model.winograd import legalize as winograd_or_direct
-
-        legalize = {"relax.nn.conv2d": winograd_or_direct}
     passes += [
-        relax.transform.LegalizeOps(customize_legalize_map=legalize),
+        relax.transform.LegalizeOps(customize_legalize_map=_conv_legalize(target, lowering)),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),

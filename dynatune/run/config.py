@@ -100,6 +100,8 @@ class CompileSection(Section):
     winograd: bool = Lowering.winograd
     # CPU, NHWC: output channels padded to register blocks before a global pooling (model.channel_padding)
     pad_channels: bool = Lowering.pad_channels
+    # CPU, NHWC: a convolution of the model's NCHW input reads it as it lies: no transpose kernel before it
+    read_input: bool = Lowering.read_input
     # a timing against ONNX Runtime on a busy machine is tried this many times, timing_wait_s apart, before
     # it is kept as taken under load (dynatune.machine.load)
     timing_attempts: int = Field(3, ge=1)
