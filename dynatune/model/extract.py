@@ -174,8 +174,9 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
         passes.append(pad_channels_pass(unit))
     if lowering.reads_input(target):
         from dynatune.model.input_layout import read_input_pass
+        from dynatune.model.winograd import eligible
 
-        passes.append(read_input_pass())
+        passes.append(read_input_pass(keep=eligible if lowering.winograds(target) else None))
     passes += backend_passes(target, "library_dispatch_passes") + [
         relax.transform.DecomposeOpsForInference(),
         # batch norm decomposes into (y, mean, var)[0]: the tuple would stop the activation after it from

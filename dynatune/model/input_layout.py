@@ -14,7 +14,8 @@ transpose costs no pass of its own. The output channels stay innermost and vecto
 convolution, and the epilogue fuses as before.
 
 ``compile.read_input`` (default on for CPU targets whose convolutions are NHWC) changes the first
-convolution's task key, and removes the transpose's task.
+convolution's task key, and removes the transpose's task. A convolution of another kind (grouped, or one
+that ``compile.winograd`` computes as Winograd) keeps its transpose.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ NCHW_TO_NHWC = [0, 2, 3, 1]
 OUT_ELEMWISE_FUSABLE = 4  # tvm.relax's OpPatternKind: an epilogue fuses into it
 
 
-def read_input_pass():
-    """Passes: a convolution of a permuted function parameter reads the parameter (see above)."""
+def read_input_pass(keep=None):
+    """Passes: a convolution of a permuted function parameter reads the parameter (see above), but where
+    ``keep(call)`` holds (a convolution the lowering computes otherwise: Winograd)."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -38,7 +40,7 @@ def read_input_pass():
         def visit_call_(self, call):
             call = super().visit_call_(call)
             source = self._permuted_param(call)
-            if source is None:
+            if source is None or (keep is not None and keep(call)):
                 return call
             a = call.attrs
             return relax.op.nn.conv2d(

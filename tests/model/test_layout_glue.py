@@ -11,7 +11,7 @@ importer emits for ``Clip`` and ``Pad``: the lowering rewrites them first (``dyn
 import numpy as np
 import pytest
 
-from dynatune.model.extract import extract_tasks, fuse, task_key
+from dynatune.model.extract import Lowering, extract_tasks, fuse, task_key
 from dynatune.model.importer import load_model
 
 C = 8  # channels after the first convolution
@@ -323,20 +323,27 @@ def test_no_transpose_between_layers_and_the_activation_fuses_into_the_convoluti
 
 def test_an_input_read_by_two_layers_is_converted_once(cpu_target, tmp_path):
     """``x + block(x)``: the convolution and the residual add both read the input in NHWC; ConvertLayout
-    writes one transpose per reader, and the lowering keeps one."""
+    writes one transpose per reader, and the lowering keeps one. With ``read_input`` (the default) the
+    convolution reads the input itself, and the add reads the one transpose."""
     from tvm import relax
 
-    fused = fuse(_model("residual_from_the_input", tmp_path).bound_module(), cpu_target)
-    x = fused["main"].params[0]
-    on_input = [
-        b.value.args[0].name_hint
-        for block in fused["main"].body.blocks
-        for b in block.bindings
-        if isinstance(b.value, relax.Call)
-        and getattr(b.value.op, "name", "") == "relax.call_tir"
-        and any(a.same_as(x) for a in b.value.args[1].fields)
-    ]
-    assert len(on_input) == 1 and "transpose" in on_input[0], on_input
+    bound = _model("residual_from_the_input", tmp_path).bound_module()
+
+    def on_input(fused) -> list[str]:
+        x = fused["main"].params[0]
+        return sorted(
+            b.value.args[0].name_hint
+            for block in fused["main"].body.blocks
+            for b in block.bindings
+            if isinstance(b.value, relax.Call)
+            and getattr(b.value.op, "name", "") == "relax.call_tir"
+            and any(a.same_as(x) for a in b.value.args[1].fields)
+        )
+
+    without = on_input(fuse(bound, cpu_target, Lowering(read_input=False)))
+    assert len(without) == 1 and "transpose" in without[0], without
+    reading = on_input(fuse(bound, cpu_target))
+    assert len(reading) == 2 and "conv2d" in reading[0] and "transpose" in reading[1], reading
 
 
 WITHOUT_THE_REWRITE = ["clip", "clip_opset6", "hardswish", "leakyrelu", "pad_depthwise", "unsqueezed_scale"]
