@@ -4,6 +4,9 @@ compile-time rewrite is worth on its own, with the search's luck taken out (issu
     python bench/lowering_ab.py --model M --work-dir W --variant copied:place_concat=false --variant placed: \
         [--rounds 20] [--label L]
 
+``--artifact NAME=PATH`` adds a compiled model (a run's ``model.so``) as it is: two runs' artifacts, say,
+timed side by side in one process (no ``--work-dir`` needed then).
+
 Each ``--variant NAME:FIELD=VALUE,...`` is the model built from the work dir's records (``compile.build``,
 the records read only) with a :class:`~dynatune.model.extract.Lowering` whose fields are set as given, and
 checked against ONNX Runtime on 3 random inputs. Only fields that keep the task keys compare this way
@@ -44,7 +47,7 @@ def main() -> None:
     import tvm
 
     from dynatune.compiler.compile import build, verify
-    from dynatune.compiler.runtime import onnxruntime_session, relax_vm
+    from dynatune.compiler.runtime import load, onnxruntime_session, relax_vm
     from dynatune.compiler.timing import interleave, ort_block_timer, vm_block_timer
     from dynatune.files import WorkDir
     from dynatune.machine.load import LoadProbe
@@ -55,19 +58,28 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
-    ap.add_argument("--work-dir", required=True, help="a run's work dir: its records are compiled")
-    ap.add_argument("--variant", action="append", required=True, help="NAME:FIELD=VALUE,... (a Lowering)")
+    ap.add_argument("--work-dir", help="a run's work dir: its records are compiled")
+    ap.add_argument("--variant", action="append", default=[], help="NAME:FIELD=VALUE,... (a Lowering)")
+    ap.add_argument("--artifact", action="append", default=[], help="NAME=PATH: a compiled model.so")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--label", default="")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "lowering_ab.json"))
     args = ap.parse_args()
 
     model, target, dev, threads = load_model(args.model), make_target(), tvm.cpu(), usable_cores()
-    records = TuningDatabase(WorkDir(args.work_dir).db, read_only=True).memory
+    if args.variant and not args.work_dir:
+        ap.error("--variant needs --work-dir")
+    records = TuningDatabase(WorkDir(args.work_dir).db, read_only=True).memory if args.variant else None
     inputs = model.random_inputs(0)
-    variants, timers, errors = [parse_variant(v) for v in args.variant], [], {}
+    variants = [parse_variant(v) for v in args.variant]
+    artifacts = [a.partition("=")[::2] for a in args.artifact]
+    variants += [(name, {"artifact": path}) for name, path in artifacts]
+    timers, errors = [], {}
     for name, fields in variants:
-        vm = relax_vm(build(model, target, records, Lowering(**fields)), dev)
+        if "artifact" in fields:
+            vm = load(fields["artifact"], dev)
+        else:
+            vm = relax_vm(build(model, target, records, Lowering(**fields)), dev)
         errors[name] = verify(vm, model, dev, threads=threads).max_rel_err
         timers.append(vm_block_timer(vm, inputs, dev, 200.0))
     sess = onnxruntime_session(model, threads)
@@ -96,7 +108,7 @@ def main() -> None:
         "label": args.label,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "model": os.path.basename(args.model),
-        "work_dir": os.path.abspath(args.work_dir),
+        "work_dir": os.path.abspath(args.work_dir) if args.work_dir else None,
         "rounds": args.rounds,
         "onnxruntime_ms": statistics.median(ort_ms),
         "load": load,
