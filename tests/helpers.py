@@ -117,6 +117,17 @@ def import_and_extract(name: str) -> tuple[list, list]:
     return [list(i.shape) for i in model.inputs], [(t.weight, t.flops, t.key) for t in tasks]
 
 
+def save_onnx(graph, path: str) -> str:
+    """``graph`` as an opset-17 ONNX model at ``path`` (IR version 8, what ONNX Runtime reads)."""
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
 def make_tiny_onnx(path: str, batch="N", channels: int = 8, seed: int = 0, extra_layer: bool = False) -> str:
     import numpy as np
     import onnx

@@ -4,6 +4,7 @@ not pooled keeps its channels, the model's outputs do not change, and ONNX Runti
 
 import numpy as np
 import pytest
+from helpers import save_onnx
 
 from dynatune.compiler.compile import build, verify
 from dynatune.compiler.runtime import relax_vm
@@ -18,7 +19,6 @@ OFF = Lowering(pad_channels=False)
 def classifier(path, rng) -> str:
     """Conv 3x3 8->16 + ReLU, then two heads on it: a 1x1 conv 16->20 + bias + ReLU + global average pool +
     flatten (padded), and a 1x1 conv 16->20 that is a 4-D output of its own (not padded)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     def weights(name, cout, cin, k):
@@ -45,10 +45,7 @@ def classifier(path, rng) -> str:
         ],
         weights("a", 16, 8, 3) + weights("head", 20, 16, 1) + weights("side", 20, 16, 1),
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return save_onnx(graph, path)
 
 
 @pytest.fixture(scope="module")

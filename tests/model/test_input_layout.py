@@ -4,6 +4,7 @@ outputs match ONNX Runtime's and the build with the transpose, for strides, padd
 
 import numpy as np
 import pytest
+from helpers import save_onnx
 
 from dynatune.compiler.compile import build, verify
 from dynatune.compiler.runtime import relax_vm
@@ -16,7 +17,6 @@ OFF = Lowering(read_input=False)
 def first_layers(path, rng, strides=(2, 2), pads=(1, 1, 1, 1), dilations=(1, 1), group=1) -> str:
     """Conv 3x3 3->16 on the input (the given strides, pads, dilations and groups) + ReLU, then a 1x1 conv
     16->8 + ReLU."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     cin = 3 if group == 1 else 4
@@ -38,10 +38,7 @@ def first_layers(path, rng, strides=(2, 2), pads=(1, 1, 1, 1), dilations=(1, 1),
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(a, n) for a, n in ((w0, "w0"), (b0, "b0"), (w1, "w1"), (b1, "b1"))],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return save_onnx(graph, path)
 
 
 @pytest.fixture(scope="module")
@@ -104,19 +101,10 @@ def test_outputs_match_onnxruntime_and_the_build_with_the_transpose(conv, cpu_ta
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
 def test_analytic_candidates_of_the_convolution_reading_the_input_compute_what_it_does(model, isa):
-    from search.test_analytic import ISA, candidates_for, random_args, run, x86_target
+    from search.test_analytic import check_candidates_compute, x86_target
 
     target = x86_target(isa)
-    task = extract_tasks(model, target)[0]
-    cands = candidates_for(task, target)
-    assert cands, f"no analytic candidate for {task.name}"
-    if {"avx2": "avx2", "avx512": "avx512f"}[isa] not in ISA:
-        pytest.skip(f"this CPU cannot run {isa} code (compiled only)")
-    args = random_args(task.mod)
-    want = run(task.mod, target, [a.copy() for a in args])
-    for c in cands:
-        got = run(c.sch.mod, target, [a.copy() for a in args])
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    check_candidates_compute(extract_tasks(model, target)[0], target, isa)
 
 
 def test_gpu_and_nchw_targets_keep_the_transpose_rule_off():

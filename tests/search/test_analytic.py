@@ -155,7 +155,12 @@ def test_analytic_candidates_compute_what_the_operator_does(isa, model, tmp_path
         "depthwise": lambda: conv_onnx(tmp_path / "m.onnx", cin=16, cout=16, group=16),
         "matmul": lambda: matmul_onnx(tmp_path / "m.onnx"),
     }[model]()
-    task = heaviest_task(path, target)
+    check_candidates_compute(heaviest_task(path, target), target, isa)
+
+
+def check_candidates_compute(task, target, isa: str) -> None:
+    """``task`` has analytic candidates for ``target`` (an ``isa`` one), and where this CPU runs ``isa``,
+    each computes what the unscheduled task does on random data."""
     cands = candidates_for(task, target)
     assert cands, f"no analytic candidate for {task.name}"
     if {"avx2": "avx2", "avx512": "avx512f"}[isa] not in ISA:
