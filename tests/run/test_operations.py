@@ -106,10 +106,10 @@ def test_new_model_version_triggers_a_tuning_run_linked_back(registry):
     assert client.get_experiment(run.info.experiment_id).name == f"dynatune/{NAME}"
     assert "compiled/model.so" in {a.path for a in client.list_artifacts(run_id, "compiled")}
     assert run.data.metrics["numerics_ok"] == 1.0
-    # exactly that version was tuned: version 1's graph (6 tasks, with the NHWC transpose before its
-    # classifier; version 2 adds a conv)
+    # exactly that version was tuned: version 1's graph (5 tasks, with the NHWC transpose before its
+    # classifier; its first convolution reads the NCHW input itself; version 2 adds a conv)
     work = registry["dir"] / "runs" / NAME / f"v{v1}"
-    assert len(json.load(open(work / "tasks.json"))) == 6
+    assert len(json.load(open(work / "tasks.json"))) == 5
     assert json.load(open(work / "config.json"))["model"]["version"] == v1
     # linked back: tags on the model version
     tags = client.get_model_version(NAME, v1).tags
@@ -137,7 +137,7 @@ def test_second_pass_does_not_retune_and_alias_follows_newest(registry):
     assert str(client.get_model_version_by_alias(NAME, "tuned").version) == v2  # the newest tuned version
     runs = client.search_runs([client.get_experiment_by_name(f"dynatune/{NAME}").experiment_id])
     assert sorted(r.data.tags["model_version"] for r in runs) == sorted([registry["version1"], v2])
-    assert len(json.load(open(registry["dir"] / "runs" / NAME / f"v{v2}" / "tasks.json"))) == 7
+    assert len(json.load(open(registry["dir"] / "runs" / NAME / f"v{v2}" / "tasks.json"))) == 6
     from tasks.registry import tuned_version
 
     assert tuned_version(uri, NAME)["version"] == v2
