@@ -125,13 +125,14 @@ def _conv_legalize(target, lowering: Lowering) -> dict | None:
     convolution that reads the model's NCHW input (:mod:`dynatune.model.input_layout`)."""
     import tvm
 
-    if lowering.winograds(target):
-        from dynatune.model.winograd import legalize as direct
-    elif lowering.reads_input(target):
-        direct = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
-    else:
+    winograd, reads_input = lowering.winograds(target), lowering.reads_input(target)
+    if not (winograd or reads_input):
         return None
-    if not lowering.reads_input(target):
+    if winograd:
+        from dynatune.model.winograd import legalize as direct
+    else:
+        direct = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
+    if not reads_input:
         return {"relax.nn.conv2d": direct}
     from dynatune.model.input_layout import legalize as reading_input
     from dynatune.model.input_layout import reads_nchw
