@@ -195,7 +195,15 @@ def mlflow_server(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, monkeypatch):
+def test_a_password_in_every_url_setting_and_in_tags_is_recorded_nowhere(
+    mlflow_server, tmp_path, monkeypatch
+):
+    """One real short `dynatune tune` on the command line, with the password (and the reserved characters a
+    password may hold) in every setting that takes a URL (a live Prefect API is left to the refusal tests):
+    the tracking server's URI, the library's URL, and tags, with and without a scheme. Meanwhile the registry
+    watcher tunes a registered version with the server's URI from the environment, and `serve` builds its
+    deployments. The work dirs (their .lock too), the MLflow server's store and artifacts, Prefect's
+    databases (flow-run and deployment parameters, logs), the console and `dynatune report` see only ***."""
     from concurrent.futures import ThreadPoolExecutor
 
     uri = mlflow_server["uri"]
@@ -206,9 +214,7 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
         # the CLI tunes while the registry watcher does (below): each with its own Prefect home and schedule
         # library, both in tmp_path, which is searched for the password
         PREFECT_HOME=prefect_home(tmp_path / "prefect-home-cli"),
-        DYNATUNE_LIBRARY_URL=f"sqlite:///{tmp_path / 'cli-library.db'}",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        MLFLOW_TRACKING_URI=uri,
     )
     prefect_home(home)
     model = make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1)
@@ -218,17 +224,27 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
         "search: {trials_per_iter: 4, population_size: 32}\n"
         "compile: {measure_untuned: false, measure_onnxruntime: false, profile: false}\n"
     )
+    settings = [
+        f"tracking.uri={uri}",
+        f"library.url=sqlite:///{tmp_path / 'cli-library.db'}?password={PASSWORD}",
+        f"tracking.tags.source=http://alice:{PASSWORD}/#@host/x",
+        f"tracking.tags.database=bob:{PASSWORD}%@dbhost:5432/db",
+    ]
+
+    def cli(*a):
+        return subprocess.run(
+            [sys.executable, "-m", "dynatune.cli", *a],
+            env=env,
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+
     # tune: the CLI, as a user runs it (Prefect's local mode, MLflow on the server), in the background
-    cli = ThreadPoolExecutor(1)
-    tuned = cli.submit(
-        subprocess.run,
-        [sys.executable, "-m", "dynatune.cli", "tune", str(cfg), "--json"],
-        env=env,
-        cwd=str(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    tune = ["tune", str(cfg), "--json"] + [a for s in settings for a in ("--set", s)]
+    tuning = ThreadPoolExecutor(1)
+    tuned = tuning.submit(cli, *tune)
     # the registry watcher: a registered version, tuned by the flow (a subflow run with its parameters)
     monkeypatch.setenv("PREFECT_HOME", str(home))
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -254,59 +270,20 @@ def test_password_in_tracking_uri_is_recorded_nowhere(mlflow_server, tmp_path, m
     finally:
         mlflow.set_tracking_uri(saved[0])
         mlflow.set_registry_uri(saved[1])
-        cli.shutdown()  # waits for the CLI's run
+        tuning.shutdown()  # waits for the CLI's run
     out = tuned.result()
     assert out.returncode == 0, out.stderr[-3000:]
-    needle = PASSWORD.encode()
-    assert PASSWORD not in out.stdout + out.stderr
-    assert _files_with(tmp_path, needle) == []  # work dirs, reports, Prefect's database and logs
-    assert _files_with(mlflow_server["dir"], needle) == []  # MLflow's store: params, tags, artifacts
-
-
-@pytest.mark.slow
-def test_a_password_in_every_url_setting_and_in_tags_is_recorded_nowhere(tmp_path):
-    """A real short `dynatune tune`, the password (with the reserved characters a password may hold) in
-    every setting that takes a URL (a live Prefect API is left to the refusal tests) and in tags, with and
-    without a scheme, all on the command line: the work dir (its .lock too), the MLflow store and its
-    artifacts, Prefect's database (flow-run parameters, logs), the console and the report see only ***."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
-    env.update(PYTHONPATH=ROOT, PREFECT_HOME=prefect_home(tmp_path / "prefect-home"))
-    model = make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1)
-    store = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}?token={PASSWORD}"
-    settings = [
-        f"tracking.uri={store}",
-        f"library.url=sqlite:///{tmp_path / 'library.db'}?password={PASSWORD}",
-        f"tracking.tags.source=http://alice:{PASSWORD}/#@host/x",
-        f"tracking.tags.database=bob:{PASSWORD}%@dbhost:5432/db",
-        "budget_s=2",
-        "slot_s=2",
-        "search={trials_per_iter: 4, population_size: 32}",
-        "compile={measure_untuned: false, measure_onnxruntime: false, profile: false}",
-    ]
-    args = ["tune", "--model", model, "--work-dir", str(tmp_path / "work"), "--json"]
-    for s in settings:
-        args += ["--set", s]
-
-    def cli(*a):
-        return subprocess.run(
-            [sys.executable, "-m", "dynatune.cli", *a],
-            env=env,
-            cwd=str(tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-
-    out = cli(*args)
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout)
-    rep = cli("report", summary["mlflow_run_id"], "--tracking-uri", store, "--out", str(tmp_path / "report"))
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    rep = cli("report", summary["mlflow_run_id"], "--tracking-uri", uri, "--out", str(tmp_path / "report"))
     assert rep.returncode == 0, rep.stderr[-3000:]
     from mlflow import MlflowClient
 
-    tags = MlflowClient(store).get_run(summary["mlflow_run_id"]).data.tags
+    tags = MlflowClient(uri).get_run(summary["mlflow_run_id"]).data.tags
     assert tags["source"] == "http://alice:***@host/x" and tags["database"] == "bob:***@dbhost:5432/db"
     for p in (out, rep):
         assert PASSWORD not in p.stdout + p.stderr
-    assert os.path.exists(tmp_path / "work" / ".lock") and os.path.exists(tmp_path / "prefect-home")
-    assert _files_with(tmp_path, PASSWORD.encode()) == []
+    assert os.path.exists(tmp_path / "cli-library.db")  # the library the command line named was used
+    assert os.path.exists(tmp_path / "work" / ".lock")
+    needle = PASSWORD.encode()
+    assert _files_with(tmp_path, needle) == []  # work dirs, reports, Prefect's database and logs
+    assert _files_with(mlflow_server["dir"], needle) == []  # MLflow's store: params, tags, artifacts
