@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
+import weakref
 from collections import defaultdict
 
 import numpy as np
@@ -88,6 +90,8 @@ class OnnxRuntimeProfile:
         from dynatune.compiler.runtime import onnxruntime_session
 
         self._dir = tempfile.mkdtemp(prefix="ort-profile-")
+        # removed when the profile is read, or when this object goes away unread (a run that failed)
+        self._remove_dir = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         options = ort.SessionOptions()
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(self._dir, "ort")
@@ -106,12 +110,10 @@ class OnnxRuntimeProfile:
     def kernels(self) -> tuple[dict, dict]:
         """``({kernel: (weight shape, output shape)}, {kernel: median ms per call})`` of the anchored ops
         (the first, warm-up, run left out)."""
-        import shutil
-
         path = self.session.end_profiling()
         with open(path) as f:
             events = json.load(f)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._remove_dir()
         durations, shapes = defaultdict(list), {}
         for e in events:
             args = e.get("args", {})

@@ -2,6 +2,7 @@
 (real TVM, real ONNX Runtime, the tiny conv net)."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -137,12 +138,19 @@ def test_profile_vm_from_executable_in_memory(tiny, cpu_target):
     assert vm["main"](x).numpy().shape == (1, 10)
 
 
-def test_run_anchors_time_onnx_runtimes_op_for_each_conv_and_matmul_once_per_work_dir(tiny, tmp_path):
+def test_run_anchors_time_onnx_runtimes_op_for_each_conv_and_matmul_once_per_work_dir(
+    tiny, tmp_path, monkeypatch
+):
     """What the headroom beliefs take as reachable floors: ONNX Runtime's kernel for each task with a weight,
-    read back (not measured again) when the run resumes; a model ONNX Runtime cannot run has none."""
+    read back (not measured again) when the run resumes; a model ONNX Runtime cannot run has none. No
+    profile's temporary directory is left behind, read or not."""
+    import tempfile
+
     from dynatune.compiler.anchors import run_anchors
     from dynatune.files import WorkDir
 
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     model, tasks, _ = tiny
     anchors = run_anchors(model, tasks, str(tmp_path), threads=1)
     weighted = {t.index for t in tasks if "conv" in t.name or "matmul" in t.name}
@@ -159,3 +167,7 @@ def test_run_anchors_time_onnx_runtimes_op_for_each_conv_and_matmul_once_per_wor
     (tmp_path / "other").mkdir()
     with pytest.warns(UserWarning, match="per-operator times are not available"):
         assert run_anchors(None, tasks, str(tmp_path / "other"), threads=1) == {}
+    import gc
+
+    gc.collect()  # the profile that failed to start is garbage now
+    assert os.listdir(tmp_path / "tmp") == []
