@@ -16,7 +16,13 @@ matmul), this module *chooses* the design space's decisions:
   vector (AVX-512 folds the broadcast into the FMA), and the whole reduction runs on the accumulators;
 - the outer spatial tiles (``S0``) give the threads balanced jobs, ``S1`` walks the tiles of a job, and
   the epilogue (bias, activation, residual add) is computed per register block;
-- loops up to 64 steps are unrolled; a padding stage is computed once, at the root.
+- loops up to 64 steps are unrolled;
+- a producer stage (a convolution's padding) is computed once, at the root, in its own pass: a dense
+  convolution reads each input value once per output channel, which that pass pays for. Each register block
+  also gives a second candidate with the producer inlined, its reads bounds-checked where the block reads
+  the input: a depthwise convolution reads each value for one channel only, and the extra pass made its
+  kernel 2-6x slower (mnasnet0_5's 5x5 and 3x3 depthwise convolutions; inlined padding made squeezenet1_1's
+  3x3 convolutions up to 2x slower: BENCHMARKS.md, session 23). The first batch measures both.
 
 The weights are pre-packed in the order the kernel reads them by MetaSchedule's ``RewriteLayout``, as for
 any other candidate. The candidate is a trace of the task's own design space
@@ -40,6 +46,8 @@ from dynatune.machine.register_block import RegisterBlock, divisors, register_bl
 
 UNROLL_STEPS = 64  # the unroll decision: the register block and its epilogue unrolled, not the reduction
 JOBS_PER_CORE = 8  # parallel jobs per core for balanced threads
+ROOT, INLINE = -1, -2  # SampleComputeLocation's decisions: a producer in its own pass, or inlined
+PRODUCER_PLACES = (ROOT, INLINE)  # the candidates each register block gives, in this order
 
 
 @dataclass(frozen=True)
@@ -71,10 +79,10 @@ def plan_tiles(spatial: list[int], reduction: list[int], unit, cores: int, rank:
     return TilePlan(tuple(tiles), tuple((e, 1) for e in reduction), block)
 
 
-def planned_decisions(plan: TilePlan):
+def planned_decisions(plan: TilePlan, producers: int = ROOT):
     """A decision provider (per schedule) that gives the plan's tiles, in the order the design space
     samples them (spatial loops 4-way, reduction loops 2-way), the unroll of :data:`UNROLL_STEPS`, and
-    every compute location at the root."""
+    every compute location ``producers`` (:data:`ROOT` or :data:`INLINE`)."""
 
     def provider_for(sch):
         spatial, reduction = iter(plan.spatial), iter(plan.reduction)
@@ -87,7 +95,7 @@ def planned_decisions(plan: TilePlan):
                 values = [int(v) for v in attrs[0]]
                 return values.index(UNROLL_STEPS) if UNROLL_STEPS in values else decision
             if name == "SampleComputeLocation":
-                return -1  # the root
+                return producers
             return decision
 
         return provide
@@ -134,9 +142,11 @@ def _consumer_depth(space) -> int:
 
 
 def analytic_candidates(mod, spaces, postprocs, unit, cores: int, limit: int = 2) -> list:
-    """Up to ``limit`` distinct analytic MeasureCandidates for task ``mod`` (its register blocks, best
-    first), from the design space in ``spaces`` that computes the epilogue nearest the register block;
-    for a task that tiles no block, its :func:`streaming_candidates`; ``[]`` when no space fits."""
+    """The distinct analytic MeasureCandidates for task ``mod`` from its ``limit`` best register blocks,
+    best first, each with its producers at the root and then inlined (:data:`PRODUCER_PLACES`; one
+    candidate when it has none), from the design space in ``spaces`` that computes the epilogue nearest
+    the register block; for a task that tiles no block, up to ``limit`` :func:`streaming_candidates`;
+    ``[]`` when no space fits."""
     from dynatune.search.replay import distinct_candidates, replay
     from dynatune.search.space import tiles_a_block
 
@@ -147,9 +157,13 @@ def analytic_candidates(mod, spaces, postprocs, unit, cores: int, limit: int = 2
         if loops is None:
             continue
         plans = [plan_tiles(*loops, unit, cores, rank) for rank in range(limit)]
-        found = distinct_candidates(
-            (replay(mod, space.trace, postprocs, planned_decisions(p)) for p in plans if p is not None), limit
+        schedules = (
+            replay(mod, space.trace, postprocs, planned_decisions(p, at))
+            for p in plans
+            if p is not None
+            for at in PRODUCER_PLACES
         )
+        found = distinct_candidates(schedules, limit * len(PRODUCER_PLACES))
         if found:
             return found
     if any(tiles_a_block(space) for space in spaces):
@@ -166,7 +180,7 @@ def streaming_decisions(unroll: int):
             if name == "SampleCategorical":
                 return min(unroll, len(attrs[0]) - 1)
             if name == "SampleComputeLocation":
-                return -2
+                return INLINE
             return decision
 
         return provide

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 RELEARN_RECORDS = 512  # per task: the best records a cost model started afresh learns (feature extraction)
 
 
-ANALYTIC_HEAD = 2  # analytic candidates at the head of a task's first batch (its best register blocks)
+ANALYTIC_HEAD = 2  # register blocks heading a task's first batch (each: producers at the root, then inlined)
 
 
 class SearchConfig(Section):

@@ -146,13 +146,16 @@ def test_plan_splits_every_loop_exactly_and_balances_the_threads():
 
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
-@pytest.mark.parametrize("model", ["conv3x3", "conv1x1_strided_grouped", "depthwise", "matmul"])
+@pytest.mark.parametrize(
+    "model", ["conv3x3", "conv1x1_strided_grouped", "depthwise", "depthwise5x5", "matmul"]
+)
 def test_analytic_candidates_compute_what_the_operator_does(isa, model, tmp_path):
     target = x86_target(isa)
     path = {
         "conv3x3": lambda: conv_onnx(tmp_path / "m.onnx"),
         "conv1x1_strided_grouped": lambda: conv_onnx(tmp_path / "m.onnx", cin=16, cout=32, kernel=1, group=2),
         "depthwise": lambda: conv_onnx(tmp_path / "m.onnx", cin=16, cout=16, group=16),
+        "depthwise5x5": lambda: conv_onnx(tmp_path / "m.onnx", cin=32, cout=32, kernel=5, group=32),
         "matmul": lambda: matmul_onnx(tmp_path / "m.onnx"),
     }[model]()
     check_candidates_compute(heaviest_task(path, target), target, isa)
@@ -170,6 +173,22 @@ def check_candidates_compute(task, target, isa: str) -> None:
     for c in cands:
         got = run(c.sch.mod, target, [a.copy() for a in args])
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("model", ["grouped3x3", "depthwise", "conv1x1"])
+def test_each_register_block_gives_its_padding_at_the_root_then_inlined(model, cpu_target, tmp_path):
+    """A padded convolution's candidates come in pairs per register block: the padding in a pass of its own
+    (a dense convolution reuses each input value over its output channels), then inlined (a depthwise one
+    reads each value for one channel: the extra pass cost it 2-6x). No padding: one candidate per block.
+    (Grouped: a dense first convolution reads the model's input with the padding in its reads.)"""
+    path = {
+        "grouped3x3": lambda: conv_onnx(tmp_path / "m.onnx", group=2),
+        "depthwise": lambda: conv_onnx(tmp_path / "m.onnx", cin=32, cout=32, kernel=5, group=32),
+        "conv1x1": lambda: conv_onnx(tmp_path / "m.onnx", kernel=1),
+    }[model]()
+    cands = candidates_for(heaviest_task(path, cpu_target), cpu_target)
+    padded = ["pad_temp" in c.sch.mod.script() for c in cands]
+    assert padded == ([False, False] if model == "conv1x1" else [True, False, True, False])
 
 
 def test_the_inner_loop_is_register_blocked_fmas_for_each_isa(tmp_path):
