@@ -14,8 +14,10 @@ matmul), one process builds and times, interleaved round by round (median of the
   same weight and output shapes, as it runs inside its model.
 
 TVM kernels are timed as tuning times them (weights pre-packed, layout rewrite outside the timing). Each
-row gives the task's FLOPs, GFLOP/s, % of this machine's peak (MLAS SGEMM, as the roofline measures it)
-and the ratio of each TVM kernel to ONNX Runtime's op. The analytic kernel's inner loop is summarised from
+row gives the task's FLOPs, GFLOP/s, % of this machine's peak (MLAS SGEMM, as the roofline measures it),
+which roof bounds the task (``bound_by``: ``memory`` when its compulsory bytes take longer at the
+measured bandwidth than its FLOPs at the peak) and % of that roof, and the ratio of each TVM kernel to
+ONNX Runtime's op. The analytic kernel's inner loop is summarised from
 its assembly: vector FMAs, loads, broadcasts and stack spills.
 """
 
@@ -105,7 +107,7 @@ def main() -> None:
 
     from dynatune.compiler.anchors import OnnxRuntimeProfile
     from dynatune.files import WorkDir
-    from dynatune.machine.roofline import mlas_peak
+    from dynatune.machine.roofline import Roofline, compulsory_bytes, measure_bandwidth, mlas_peak
     from dynatune.machine.target import make_target, usable_cores
     from dynatune.machine.vector import vector_unit
     from dynatune.model.extract import extract_tasks
@@ -116,7 +118,11 @@ def main() -> None:
     target, threads = make_target(), usable_cores()
     unit = vector_unit(target)
     peak = mlas_peak(threads)
-    print(f"target {target}, {unit}, peak (MLAS SGEMM, {threads} threads) {peak / 1e9:.0f} GFLOP/s")
+    roof = Roofline(peak, measure_bandwidth())
+    print(
+        f"target {target}, {unit}, peak (MLAS SGEMM, {threads} threads) {peak / 1e9:.0f} GFLOP/s, "
+        f"bandwidth {roof.bandwidth / 1e9:.1f} GB/s"
+    )
     db = TuningDatabase(WorkDir(args.work_dir).db) if args.work_dir else None
     rows = []
     for path in args.model:
@@ -151,6 +157,7 @@ def main() -> None:
             if task.index in ort_ms:
                 med["ort"] = ort_ms[task.index] / 1e3
             first = min((n for n in med if n.startswith("analytic")), key=med.get)
+            traffic = compulsory_bytes(task.mod)
             row = {
                 "model": os.path.basename(path),
                 "task": task.name,
@@ -159,6 +166,11 @@ def main() -> None:
                 "us": {n: round(v * 1e6, 1) for n, v in med.items()},
                 "gflops": {n: round(task.flops / v / 1e9, 1) for n, v in med.items()},
                 "pct_peak": {n: round(100 * task.flops / v / peak, 1) for n, v in med.items()},
+                "bytes": traffic,
+                "bound_by": roof.limit(task.flops, traffic),
+                "pct_roof": {
+                    n: round(100 * roof.share_of_roof(task.flops, traffic, v), 1) for n, v in med.items()
+                },
                 "analytic": first,
                 "inner_loop": inner_loop_summary(libs[first]),
             }
@@ -169,21 +181,24 @@ def main() -> None:
     print_table(rows)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"peak_gflops": peak / 1e9, "unit": unit.as_dict(), "rows": rows}, f, indent=1)
+            out = {"peak_gflops": peak / 1e9, "bandwidth_gbs": roof.bandwidth / 1e9, "unit": unit.as_dict()}
+            json.dump(out | {"rows": rows}, f, indent=1)
 
 
 def print_table(rows) -> None:
     print(
-        "\n| model | task | w | MFLOP | untuned | analytic | best | ORT op | analytic % peak | analytic / ORT"
+        "\n| model | task | w | MFLOP | untuned | analytic | best | ORT op | analytic % peak | bound by"
+        " | % of roof: analytic, best | analytic / ORT"
         " | inner loop (FMA, bcast-in-FMA, loads, bcasts, spills) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         g, a = r["gflops"], r["analytic"]
         il = r["inner_loop"]
         print(
             f"| {r['model']} | {r['task']} | {r['weight']} | {r['mflop']:.1f} | {g['untuned']} | {g[a]}"
-            f" | {g.get('best', '-')} | {g.get('ort', '-')} | {r['pct_peak'][a]} |"
+            f" | {g.get('best', '-')} | {g.get('ort', '-')} | {r['pct_peak'][a]} | {r['bound_by']}"
+            f" | {r['pct_roof'][a]}, {r['pct_roof'].get('best', '-')} |"
             f" {r.get('vs_ort', {}).get(a, '-')} | {il['fma']}, {il['fma_with_broadcast']}, {il['loads']},"
             f" {il['broadcasts']}, {il['spills']} ({il['vector_register']}) |"
         )

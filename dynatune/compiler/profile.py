@@ -33,13 +33,14 @@ import os
 import re
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from dynatune.compiler.residual import TaskTimers, kernels_alone_ms
 from dynatune.compiler.timing import vm_block_timer
 from dynatune.machine.load import LoadProbe, QuietPolicy, quiet_or_wait
+from dynatune.machine.roofline import Roofline, compulsory_bytes
 from dynatune.model.placement import PLACED
 
 NOOP_CALL = "vm.builtin.null_value"
@@ -57,22 +58,26 @@ class KernelRow:
     alone_ms: float | None = None  # one call of the task's best schedule, alone
     flops: float | None = None  # per call
     onnxruntime_op_ms: float | None = None  # ONNX Runtime's kernel for the same operator, in its model
-    peak_flops: float | None = None  # this machine's peak (the roofline's), for "% of peak"
+    bytes: float | None = None  # per call: its compulsory traffic (each argument once)
+    roofline: Roofline | None = field(default=None, repr=False)  # this machine's, for "% of peak/roof"
 
     @property
     def alone_total_ms(self) -> float | None:
         return None if self.alone_ms is None else self.alone_ms * self.weight
 
     def as_dict(self) -> dict:
-        d = asdict(self)
+        d, roof = asdict(self), self.roofline
+        del d["roofline"]
         d["alone_total_ms"] = self.alone_total_ms
         d["gflops_in_model"] = _gflops(self.flops, self.in_model_ms / max(self.calls, 1))
         d["gflops_alone"] = _gflops(self.flops, self.alone_ms)
-        d["pct_of_peak_alone"] = (
-            100 * self.flops / (self.alone_ms * 1e-3) / self.peak_flops
-            if self.flops and self.alone_ms and self.peak_flops
-            else None
-        )
+        known = bool(roof and self.flops and self.alone_ms)
+        d["peak_flops"] = roof.peak_flops if roof else None
+        d["pct_of_peak_alone"] = 100 * d["gflops_alone"] * 1e9 / roof.peak_flops if known else None
+        # memory-bound kernels are judged against the bandwidth roof, compute-bound ones against the peak
+        d["bound_by"] = roof.limit(self.flops, self.bytes or 0.0) if known else None
+        share = roof.share_of_roof(self.flops, self.bytes or 0.0, self.alone_ms * 1e-3) if known else None
+        d["pct_of_roof_alone"] = None if share is None else 100 * share
         d["alone_vs_onnxruntime_op"] = (
             self.alone_ms / self.onnxruntime_op_ms if self.alone_ms and self.onnxruntime_op_ms else None
         )
@@ -166,7 +171,7 @@ def profile_model(
     task_block_ms: float = 20.0,
     seed: int = 0,
     quiet: QuietPolicy = QuietPolicy(),
-    peak_flops: float | None = None,
+    roofline: Roofline | None = None,
 ) -> dict:
     """The profile as a dict (see :func:`write_profile`). It waits for a quiet machine first (bounded by
     ``quiet``); ``load_cores`` is the load on the cores while it ran, ``under_load`` when that was busy.
@@ -195,7 +200,7 @@ def profile_model(
         onnxruntime.run_block()
     during = load.stop()
     alone_ms = {i: float(np.median(v)) for i, v in alone.items()}
-    prof = summarize(model_ms, runs, kernels, alone_ms, session, onnxruntime.op_ms(session.tasks), peak_flops)
+    prof = summarize(model_ms, runs, kernels, alone_ms, session, onnxruntime.op_ms(session.tasks), roofline)
     return prof | {"load_cores": during.busy_cores, "under_load": quiet.busy(during, usable_cores())}
 
 
@@ -215,7 +220,7 @@ def summarize(
     alone_ms: dict[int, float],
     session,
     onnxruntime_op_ms: dict[int, float] | None = None,
-    peak_flops: float | None = None,
+    roofline: Roofline | None = None,
 ) -> dict:
     """Split the model time into kernels, calls no task stands for and time between calls; and its gap
     to the estimate (sum of weight x alone latency) into what causes it."""
@@ -237,7 +242,8 @@ def summarize(
                 alone_ms.get(t.index) if t else None,
                 t.flops if t else None,
                 (onnxruntime_op_ms or {}).get(t.index) if t else None,
-                peak_flops,
+                compulsory_bytes(t.mod) if t else None,
+                roofline,
             )
         )
     rows.sort(key=lambda r: -r.in_model_ms)
@@ -287,7 +293,7 @@ def write_profile(
     task_block_ms: float = 20.0,
     top: int = 25,
     quiet: QuietPolicy = QuietPolicy(),
-    peak_flops: float | None = None,
+    roofline: Roofline | None = None,
 ) -> dict:
     """Profile the compiled model (an exported library's path, or the executable) and write
     ``profile.json`` and ``profile.md`` into ``out_dir``; returns the profile."""
@@ -299,7 +305,7 @@ def write_profile(
         block_ms=block_ms,
         task_block_ms=task_block_ms,
         quiet=quiet,
-        peak_flops=peak_flops,
+        roofline=roofline,
     )
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "profile.json"), "w") as f:
@@ -337,11 +343,15 @@ def markdown(prof: dict, top: int = 25) -> str:
         "",
         f"{prof['runs']} instrumented runs. Kernels are timed by calling them from the instrument; other "
         f"calls between its callbacks, less {prof['instrument_overhead_us']:.2f} us (a no-op call's window), "
-        "which leaves their arguments' conversion in: an upper bound.",
+        "which leaves their arguments' conversion in: an upper bound. A kernel's roof is the least time "
+        "its FLOPs take at the machine's peak or its bytes (each argument once) at its memory bandwidth, "
+        "whichever is longer (compute- or memory-bound); a memory-bound kernel whose data stays in the "
+        "caches passes it.",
         "",
         "| kernel | task | calls | in model ms | share | alone ms x weight | in model / alone "
-        "| GFLOP/s in model | % of peak alone | ONNX Runtime op ms | alone / ONNX Runtime op |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| GFLOP/s in model | % of peak alone | % of roof alone (bound by) | ONNX Runtime op ms "
+        "| alone / ONNX Runtime op |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [_kernel_line(k, model) for k in prof["kernels"][:top]]
     if len(prof["kernels"]) > top:
@@ -366,6 +376,7 @@ def _kernel_line(k: dict, model_ms: float) -> str:
         f"{k['in_model_ms'] / alone:.2f}" if alone else "-",
         "-" if k["gflops_in_model"] is None else f"{k['gflops_in_model']:.1f}",
         "-" if k.get("pct_of_peak_alone") is None else f"{k['pct_of_peak_alone']:.0f}%",
+        "-" if k.get("pct_of_roof_alone") is None else f"{k['pct_of_roof_alone']:.0f}% ({k['bound_by']})",
         "-" if k.get("onnxruntime_op_ms") is None else f"{k['onnxruntime_op_ms']:.4f}",
         "-" if k.get("alone_vs_onnxruntime_op") is None else f"{k['alone_vs_onnxruntime_op']:.2f}",
     ]

@@ -52,6 +52,19 @@ class Roofline:
         """The least latency a kernel with this work and traffic can have here (0 when both are unknown)."""
         return max(max(flops, 0.0) / self.peak_flops, max(bytes_moved, 0.0) / self.bandwidth)
 
+    def limit(self, flops: float, bytes_moved: float) -> str:
+        """Which roof bounds such a kernel here: ``"memory"`` when its bytes take longer to move at the
+        bandwidth than its FLOPs to compute at the peak (a depthwise convolution, a pooling, a batch-1
+        classifier), else ``"compute"``."""
+        memory = max(bytes_moved, 0.0) / self.bandwidth
+        return "memory" if memory > max(flops, 0.0) / self.peak_flops else "compute"
+
+    def share_of_roof(self, flops: float, bytes_moved: float, seconds: float) -> float | None:
+        """How close a kernel that takes ``seconds`` comes to its roof (:meth:`bound_s`): 1.0 at the roof.
+        A memory-bound kernel whose data stays in the caches can pass 1.0: the bandwidth is DRAM's."""
+        bound = self.bound_s(flops, bytes_moved)
+        return bound / seconds if bound > 0 and seconds > 0 else None
+
     def as_dict(self) -> dict:
         return asdict(self)
 

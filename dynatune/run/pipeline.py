@@ -232,7 +232,7 @@ class TuningRun:
             self.session,
             WorkDir(self.cfg.work_dir).report_dir,
             quiet=self.cfg.compile.quiet(),
-            peak_flops=roofline.peak_flops if roofline is not None else None,
+            roofline=roofline,
         )
 
     def __exit__(self, *exc) -> None:

@@ -14,6 +14,7 @@ from dynatune.compiler.profile import make_vm, write_profile
 from dynatune.compiler.runtime import onnxruntime_outputs, relax_vm
 from dynatune.compiler.timing import alternate, time_side_by_side
 from dynatune.errors import DynatuneError
+from dynatune.machine.roofline import Roofline
 from dynatune.model.extract import extract_tasks
 from dynatune.model.importer import load_model
 from dynatune.search.session import TuningSession
@@ -92,7 +93,7 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_
             rounds=2,
             block_ms=30,
             task_block_ms=5,
-            peak_flops=100e9,
+            roofline=Roofline(peak_flops=100e9, bandwidth=1e10),
             quiet=NO_WAIT,
         )
     finally:
@@ -103,6 +104,12 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_
     for k in anchored:
         assert k["alone_vs_onnxruntime_op"] == pytest.approx(k["alone_ms"] / k["onnxruntime_op_ms"])
         assert 0 < k["pct_of_peak_alone"] < 100
+        # judged against the roof that bounds it: the peak for a compute-bound kernel, else the bandwidth
+        assert k["bound_by"] in ("compute", "memory") and k["bytes"] > 0
+        if k["bound_by"] == "compute":
+            assert k["pct_of_roof_alone"] == pytest.approx(k["pct_of_peak_alone"])
+        else:
+            assert k["pct_of_roof_alone"] == pytest.approx(100 * k["bytes"] / 1e10 / (k["alone_ms"] * 1e-3))
     # every task is a kernel the model calls, or listed as never called (the reshape the VM does as a view)
     called = {k["task"] for k in prof["kernels"] if k["task"] is not None}
     never = {t["task"] for t in prof["tasks_not_called"]}
@@ -126,7 +133,7 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_
         assert json.load(f)["model_ms"] == m
     md = (tmp_path / "report" / "profile.md").read_text()
     assert all(k["name"] in md for k in prof["kernels"]) and "between calls" in md
-    assert "alone / ONNX Runtime op" in md and "% of peak alone" in md
+    assert "alone / ONNX Runtime op" in md and "% of peak alone" in md and "% of roof alone" in md
 
 
 def test_profile_vm_from_executable_in_memory(tiny, cpu_target):

@@ -122,7 +122,9 @@ def test_low_intensity_tasks_are_bound_by_the_bandwidth_roof(tmp_path, cpu_targe
     for t in tasks:
         compute, memory = t.flops / roof.peak_flops, compulsory_bytes(t.mod) / roof.bandwidth
         assert roof.bound_s(t.flops, compulsory_bytes(t.mod)) == max(compute, memory) > 0
-        by_roof[t.name] = "memory" if memory > compute else "compute"
+        by_roof[t.name] = roof.limit(t.flops, compulsory_bytes(t.mod))
+        assert by_roof[t.name] == ("memory" if memory > compute else "compute")
+        assert roof.share_of_roof(t.flops, compulsory_bytes(t.mod), 2 * max(compute, memory)) == 0.5
     names = sorted(by_roof)
     depthwise = [n for n in names if "conv2d" in n and by_roof[n] == "memory"]
     assert len(depthwise) == 1 and len([n for n in names if "conv2d" in n and by_roof[n] == "compute"]) == 1
