@@ -33,6 +33,7 @@ from dynatune.search.database import JsonlWriter, TuningDatabase, mean_secs
 from dynatune.search.index_args import bounds_by_args, index_bounds
 from dynatune.search.measure import MeasureConfig, make_runner
 from dynatune.search.retirement import RetirementPolicy
+from dynatune.search.sampled import sampled_candidates
 from dynatune.search.section import MAX_SEED, OneOf, Section
 from dynatune.search.space import UNROLL_STEPS
 from dynatune.search.state_files import needs, read_json_file
@@ -66,6 +67,9 @@ class SearchConfig(Section):
     # a task's first batch starts with register-blocked kernels derived from the target
     # (dynatune.search.analytic): conv2d, dense, matmul and batch matmul on CPU targets
     analytic_first: bool = True
+    # the rest of a task's first batch, after its head (analytic candidates, the library's): random samples
+    # of its design space (dynatune.search.sampled), not the evolutionary search's picks
+    sampled_first_batch: bool = True
     # how far the search may unroll the loops of a task that tiles a block (dynatune.search.space):
     # MetaSchedule's CPU rules also offer 512 steps, whose kernels took twice as long to build
     unroll_steps: list[Annotated[int, Field(ge=0)]] = Field(
@@ -203,6 +207,7 @@ class TuningSession:
         self._relearn: set[str] = set()  # keys of the tasks whose records a fresh cost model has to learn
         self.cost_model = cost_model or self._make_cost_model()
         self._contexts: dict[int, object] = {}
+        self._spaces: dict[int, list] = {}  # task index -> its design spaces
         # task index -> candidates measured at the head of its next batch, before the search's own: a function
         # of the task's TuneContext (its postprocessors) and the batch size, called once (the library's
         # transfer)
@@ -357,11 +362,11 @@ class TuningSession:
             space_generator=post_order_apply(t.mod, self.target, s.unroll_steps),
             search_strategy=strategy,
             task_name=t.name,
-            rand_state=(s.seed * 7919 + i) % (2**31 - 1),
+            rand_state=self._task_seed(i),
             num_threads=max(1, self.builder.max_workers),
         )
         self.db.workload(t.key, t.mod)
-        spaces = ctx.generate_design_space()
+        spaces = self._spaces[i] = ctx.generate_design_space()
         ctx.pre_tuning(
             max_trials=s.max_trials_per_task,
             num_trials_per_iter=s.trials_per_iter,
@@ -396,6 +401,24 @@ class TuningSession:
             return found + (list(then(ctx, size)) if then is not None else [])
 
         self.first_candidates[i] = head
+
+    def _task_seed(self, i: int) -> int:
+        return (self.search.seed * 7919 + i) % (2**31 - 1)
+
+    def _first_batch(self, i: int, ctx, size: int) -> list:
+        """Task ``i``'s first batch: its head (:attr:`first_candidates`), then random samples of its design
+        space (:mod:`dynatune.search.sampled`); the evolutionary search's picks instead with
+        ``search.sampled_first_batch`` off, or when no sample fits."""
+        head = list(self.first_candidates.pop(i)(ctx, size))[:size]
+        rest = []
+        if self.search.sampled_first_batch:
+            postprocs = ctx.space_generator.postprocs
+            rest = sampled_candidates(
+                self.tasks[i].mod, self._spaces[i], postprocs, size - len(head), self._task_seed(i), head
+            )
+        if not rest and len(head) < size:
+            rest = list(ctx.generate_measure_candidates() or [])
+        return head + rest[: size - len(head)]
 
     def warm_up(self) -> None:
         """Pay the one-off costs now: worker pools, and TVM's tensor-intrinsic registry."""
@@ -442,13 +465,12 @@ class TuningSession:
                 break
             b0 = time.perf_counter()
             t0 = time.perf_counter()
-            cands = ctx.generate_measure_candidates()
-            if cands and batch is not None:
-                cands = list(cands)[:batch]
             if i in self.first_candidates:
-                size = batch or self.search.trials_per_iter
-                head = list(self.first_candidates.pop(i)(ctx, size))[:size]
-                cands = head + list(cands or [])[: size - len(head)]
+                cands = self._first_batch(i, ctx, batch or self.search.trials_per_iter)
+            else:
+                cands = ctx.generate_measure_candidates()
+                if cands and batch is not None:
+                    cands = list(cands)[:batch]
             res.search_s += time.perf_counter() - t0
             if not cands:
                 res.note, res.exhausted = self.retirement.search_exhausted(st), True
