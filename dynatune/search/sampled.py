@@ -5,12 +5,13 @@ A task's first batch measures its head first: the analytic or streaming candidat
 evolutionary search filled the rest of the batch: a population of 64 sampled, mutated and ranked by the
 cost model, to pick the 4 to 6 candidates left. That search cost about 1 s per task, and the coverage pass
 gives every task such a batch: 42 of a 240 s run's seconds were the coverage pass's search (mnasnet0_5,
-35 tasks). In the runs of session 23, the head held the first batch's best kernel in 112 of 114 tasks
-(BENCHMARKS.md, session 24): the search's picks, ranked by a model that has not yet seen the task, were no
-better than chance there. So the rest of a first batch is drawn at random from the task's design space, as
-MetaSchedule's own initial population is (each space's trace replayed with its sampling decisions drawn
-anew, then the postprocessors), at a few milliseconds per candidate. The cost model still learns the task
-from the whole batch, and the evolutionary search takes over from the task's second batch.
+35 tasks). Its picks, ranked by a cost model that has not yet seen the task, beat the head in 14 of 151
+first batches (five 240 s runs of squeezenet1_1 and mnasnet0_5 in session 23, by 3-92 %: a classifier,
+a mean, a few convolutions; BENCHMARKS.md, session 24). So the rest of a first batch is drawn at random
+from the task's design space, as MetaSchedule's own initial population is (each space's trace replayed
+with its sampling decisions drawn anew, then the postprocessors), at a few milliseconds per candidate. The
+cost model still learns the task from the whole batch, and the evolutionary search takes over from the
+task's second batch.
 """
 
 from __future__ import annotations
