@@ -219,8 +219,9 @@ class WriteToLibrary(BatchCallback):
 
 
 class CompareTransferred(BatchCallback):
-    """In a transferred task's first batch: the best transferred candidate against the best of the search's
-    own (a cold first batch, measured in the same batch)."""
+    """In a transferred task's first batch: the best transferred candidate against the best of the batch's
+    own (the analytic candidates ahead of them, the samples after them: what the batch would measure without
+    the library), measured in the same batch."""
 
     def __init__(self):
         self.pending: dict[str, int] = {}  # task key -> transferred candidates at the head of its next batch
@@ -233,15 +234,17 @@ class CompareTransferred(BatchCallback):
         n = self.pending.pop(batch.task.key, None)
         if n is None:
             return
-        n = min(n, len(batch.candidates))
         means = [mean_secs(secs) if secs is not None else float("inf") for secs in batch.timings]
+        a = min(session.analytic_counts.get(batch.task.key, 0), len(means))  # the head's analytic part
+        n = min(n, len(means) - a)
         self.first_batches.append(
             {
                 "task": batch.task.name,
+                "analytic": a,
                 "transferred": n,
-                "searched": len(means) - n,
-                "transferred_best_s": _finite_min(means[:n]),
-                "search_best_s": _finite_min(means[n:]),
+                "searched": len(means) - a - n,  # the rest of the batch
+                "transferred_best_s": _finite_min(means[a : a + n]),
+                "search_best_s": _finite_min(means[:a] + means[a + n :]),  # the batch's own: analytic, rest
             }
         )
 
@@ -254,7 +257,7 @@ class CompareTransferred(BatchCallback):
         return {
             "transferred_tasks": sum(1 for b in self.first_batches if b["transferred"]),
             "transfer_first_batches": self.first_batches,
-            # > 1: the transferred schedules beat the search's own first candidates
+            # > 1: the transferred schedules beat the batch's own first candidates
             "transfer_gain_median": statistics.median(ratios) if ratios else None,
         }
 

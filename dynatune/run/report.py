@@ -497,7 +497,7 @@ def markdown_report(summary: RunSummary | dict | None, rounds: list[dict], path:
                 f"{_int(lib.get('transferred_tasks'))} of {_int(lib.get('transfer_tasks'))} new tasks with "
                 f"similar library tasks got transferred schedules in their first batch"
                 + (
-                    f"; the search's own best in that batch was {gain:.2f}x the transferred best (median)"
+                    f"; the best of that batch's own candidates was {gain:.2f}x the transferred best (median)"
                     if gain
                     else ""
                 )

@@ -456,4 +456,8 @@ def test_a_new_task_gets_a_first_batch_transferred_from_similar_library_tasks(tu
     assert convs, batches
     # built and ran on the new shapes: pre-packed weights too (the candidates take the rewritten layout)
     assert all(b["transferred_best_s"] is not None for b in convs), convs
-    assert all(b["searched"] > 0 for b in batches)  # the search filled the rest of the batch
+    # the analytic candidates head the batch, the transferred ones follow, then the rest: each counted as
+    # what it is, and the transferred best compared with the best of the batch's own candidates
+    assert any(b["analytic"] > 0 for b in convs)
+    assert all(b["analytic"] + b["transferred"] + b["searched"] == r.cfg.warmup_trials for b in batches)
+    assert all(b["search_best_s"] is not None for b in convs), convs
