@@ -3,7 +3,8 @@ object the session calls in order, and a session can be given its own list.
 
 - :class:`CountOutcomes`: errors, repeats and why each measurement stopped, into the round's result and
   the task's failure streak;
-- :class:`AddToDatabase`: one durable record per candidate (failed ones too, so they are not retried);
+- :class:`AddToDatabase`: one durable record per candidate (failed ones too, so they are not retried), the
+  batch's in one write;
 - :class:`LogMeasurements`: per candidate, the repeats used and why the evaluator stopped
   (``db/measurements.jsonl``);
 - :class:`UpdateCostModel`: the shared cost model learns from the candidates that ran;
@@ -84,15 +85,15 @@ class AddToDatabase(BatchCallback):
 
         t = batch.task
         workload = session.db.workload(t.key, t.mod)
-        batch.records = [
-            session.db.commit(
-                t.key,
+        batch.records = session.db.commit_many(
+            t.key,
+            [
                 ms.database.TuningRecord(
                     c.sch.trace, workload, secs if secs is not None else [FAILED], session.target, c.args_info
-                ),
-            )
-            for c, secs in zip(batch.candidates, batch.timings)
-        ]
+                )
+                for c, secs in zip(batch.candidates, batch.timings)
+            ],
+        )
 
 
 class LogMeasurements(BatchCallback):

@@ -142,6 +142,15 @@ def test_database_reopen_keeps_records(squeezenet, cpu_target, tmp_path):
         t.key,
         ms.database.TuningRecord(sch.trace, wl2, [0.001], cpu_target, ArgInfo.from_prim_func(t.mod["main"])),
     )
+    # a batch's records: one write, each its own line
+    batch = [
+        ms.database.TuningRecord(sch.trace, wl2, secs, cpu_target, ArgInfo.from_prim_func(t.mod["main"]))
+        for secs in ([0.0005], [0.05])
+    ]
+    assert [r[1] for r in db2.commit_many(t.key, batch)] == [[0.0005], [0.05]]
     db2.close()
     lines = [json.loads(x) for x in open(db.records_path)]
-    assert len(lines) == 2  # the partial line was trimmed, not merged
+    assert len(lines) == 4  # the partial line was trimmed, not merged
+    db3 = TuningDatabase(str(tmp_path / "db"))
+    assert db3.num_records(t.key) == 4 and db3.best_latency(t.key) == pytest.approx(0.0005)
+    db3.close()
