@@ -45,6 +45,7 @@ def test_samples_are_distinct_reproducible_and_compute_what_the_task_does(tmp_pa
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampled", [True, False])
 def test_the_first_batch_is_its_head_then_samples_not_the_evolutionary_search(sampled, tmp_path, cpu_target):
     from tvm.s_tir import meta_schedule as ms
