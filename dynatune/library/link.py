@@ -240,6 +240,7 @@ class CompareTransferred(BatchCallback):
         self.first_batches.append(
             {
                 "task": batch.task.name,
+                "candidates": len(means),
                 "analytic": a,
                 "transferred": n,
                 "searched": len(means) - a - n,  # the rest of the batch
