@@ -38,11 +38,12 @@ def measure_candidate(sch):
     return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
 
-def distinct_candidates(schedules, limit: int) -> list:
-    """MeasureCandidates of the first ``limit`` structurally distinct schedules (``None`` skipped)."""
+def distinct_candidates(schedules, limit: int, exclude=()) -> list:
+    """MeasureCandidates of the first ``limit`` structurally distinct schedules (``None`` skipped), none
+    of them structurally one of the ``exclude`` candidates."""
     from tvm_ffi import structural_hash
 
-    out, seen = [], set()
+    out, seen = [], {structural_hash(c.sch.mod) for c in exclude}
     for sch in schedules:
         if len(out) >= limit:
             break

@@ -24,16 +24,14 @@ def sampled_candidates(mod, spaces, postprocs, n: int, seed: int, exclude=()) ->
     design spaces, taken in turn), none of them one of the ``exclude`` candidates; reproducible for a
     ``seed``."""
     from tvm.s_tir import Trace
-    from tvm_ffi import structural_hash
 
     from dynatune.search.replay import distinct_candidates, replay
 
     if n <= 0 or not spaces:
         return []
     blanks = [Trace(space.trace.insts, {}) for space in spaces]  # no decisions: each is sampled anew
-    seen = {structural_hash(c.sch.mod) for c in exclude}
     draws = (
         replay(mod, blanks[k % len(blanks)], postprocs, seed=(seed * 100_003 + k) % (2**31 - 1))
         for k in range(n * ATTEMPTS_PER_CANDIDATE)
     )
-    return distinct_candidates((s for s in draws if s is None or structural_hash(s.mod) not in seen), n)
+    return distinct_candidates(draws, n, exclude)
