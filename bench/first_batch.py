@@ -25,25 +25,18 @@ BEATS = 0.97  # the rest's best under this share of the head's best: the rest he
 
 def head_sizes(models: list[str]) -> dict[str, tuple[str, int]]:
     """Task key -> (name, analytic candidates heading its first batch) for the models' tasks."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from dynatune.machine.target import make_target, usable_cores
-    from dynatune.machine.vector import vector_unit
+    from dynatune.machine.target import make_target
     from dynatune.model.extract import extract_tasks
     from dynatune.model.importer import load_model
-    from dynatune.search.analytic import analytic_candidates
+    from dynatune.search.analytic import task_analytic_candidates
     from dynatune.search.intrinsics import import_tensor_intrinsics
     from dynatune.search.session import ANALYTIC_HEAD
-    from dynatune.search.space import post_order_apply
 
     import_tensor_intrinsics()
-    target = make_target()
-    unit, out = vector_unit(target), {}
+    target, out = make_target(), {}
     for path in models:
         for t in extract_tasks(load_model(path), target):
-            ctx = ms.TuneContext(mod=t.mod, target=target, space_generator=post_order_apply(t.mod, target))
-            spaces, postprocs = ctx.generate_design_space(), ctx.space_generator.postprocs
-            found = analytic_candidates(t.mod, spaces, postprocs, unit, usable_cores(), limit=ANALYTIC_HEAD)
+            found, _ = task_analytic_candidates(t.mod, target, limit=ANALYTIC_HEAD)
             out[t.key] = (t.name, len(found))
     return out
 

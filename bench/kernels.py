@@ -103,8 +103,6 @@ def main() -> None:
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
 
-    from tvm.s_tir import meta_schedule as ms
-
     from dynatune.compiler.anchors import OnnxRuntimeProfile
     from dynatune.files import WorkDir
     from dynatune.machine.roofline import Roofline, compulsory_bytes, measure_bandwidth, mlas_peak
@@ -112,7 +110,7 @@ def main() -> None:
     from dynatune.machine.vector import vector_unit
     from dynatune.model.extract import extract_tasks
     from dynatune.model.importer import load_model
-    from dynatune.search.analytic import analytic_candidates
+    from dynatune.search.analytic import task_analytic_candidates
     from dynatune.search.database import TuningDatabase
 
     target, threads = make_target(), usable_cores()
@@ -131,16 +129,13 @@ def main() -> None:
         for task in tasks:
             if len(picked) >= args.tasks:
                 break
-            ctx = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply")
-            cands = analytic_candidates(
-                task.mod, ctx.generate_design_space(), ctx.space_generator.postprocs, unit, threads
-            )
+            cands, postprocs = task_analytic_candidates(task.mod, target)
             if not cands:
                 continue
             timers, libs = {"untuned": tvm_timer(task.mod, target)[0]}, {}
             for k, c in enumerate(cands):
                 timers[f"analytic{k}"], libs[f"analytic{k}"] = tvm_timer(c.sch.mod, target)
-            best = best_record_schedule(db, task, ctx.space_generator.postprocs) if db is not None else None
+            best = best_record_schedule(db, task, postprocs) if db is not None else None
             if best is not None:
                 timers["best"] = tvm_timer(best, target)[0]
             picked.append((task, timers, libs))

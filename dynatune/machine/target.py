@@ -19,6 +19,11 @@ def usable_cores() -> int:
 TVM_SPIN_COUNT = 1000
 
 
+def planned_cores(target) -> int:
+    """The cores a target's kernels are planned for: its ``num-cores``, else this machine's usable ones."""
+    return int(target.attrs.get("num-cores", 0)) or usable_cores()
+
+
 def set_tvm_thread_pool() -> None:
     """TVM's thread pool as dynatune runs it, set in the environment (``TVM_NUM_THREADS``,
     ``TVM_THREAD_POOL_SPIN_COUNT``, ``TVM_BIND_THREADS``, and OpenMP's ``OMP_WAIT_POLICY``), each unless the

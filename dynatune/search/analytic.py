@@ -171,6 +171,23 @@ def analytic_candidates(mod, spaces, postprocs, unit, cores: int, limit: int = 2
     return streaming_candidates(mod, spaces, postprocs, limit)
 
 
+def task_analytic_candidates(mod, target, limit: int = 2, unroll_steps=None) -> tuple[list, list]:
+    """``mod``'s analytic candidates as a tuning session heads its first batch with them (the session's
+    design space and unroll steps, the target's vector unit and cores), and that space's postprocessors:
+    for a benchmark that times or counts them outside a session."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from dynatune.machine.target import planned_cores
+    from dynatune.machine.vector import vector_unit
+    from dynatune.search import space
+
+    generator = space.post_order_apply(mod, target, unroll_steps or space.UNROLL_STEPS)
+    ctx = ms.TuneContext(mod=mod, target=target, space_generator=generator, num_threads=1)
+    postprocs = ctx.space_generator.postprocs
+    spaces, unit = ctx.generate_design_space(), vector_unit(target)
+    return analytic_candidates(mod, spaces, postprocs, unit, planned_cores(target), limit), postprocs
+
+
 def streaming_decisions(unroll: int):
     """A decision provider: every compute location inlined (``-2``), the ``unroll``-th unroll choice."""
 

@@ -384,14 +384,14 @@ class TuningSession:
     def _queue_analytic(self, i: int, spaces) -> None:
         """Put the task's analytic candidates (:mod:`dynatune.search.analytic`) at the head of its first
         batch, before any other head (the library's transfer)."""
-        from dynatune.machine.target import usable_cores
+        from dynatune.machine.target import planned_cores
         from dynatune.machine.vector import vector_unit
         from dynatune.search.analytic import analytic_candidates
 
         unit = vector_unit(self.target)
         if unit is None:
             return
-        task, cores = self.tasks[i], int(self.target.attrs.get("num-cores", 0)) or usable_cores()
+        task, cores = self.tasks[i], planned_cores(self.target)
         then = self.first_candidates.get(i)
 
         def head(ctx, size: int) -> list:

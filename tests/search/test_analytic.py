@@ -74,18 +74,11 @@ def heaviest_task(path, target):
 
 
 def candidates_for(task, target, limit=2):
-    from tvm.s_tir import meta_schedule as ms
-
-    from dynatune.machine.vector import vector_unit
-    from dynatune.search.analytic import analytic_candidates
+    from dynatune.search.analytic import task_analytic_candidates
     from dynatune.search.intrinsics import import_tensor_intrinsics
 
     import_tensor_intrinsics()  # what TuneContext would import (20-110 s in a test process), fast
-    ctx = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply", task_name=task.name)
-    spaces = ctx.generate_design_space()
-    return analytic_candidates(
-        task.mod, spaces, ctx.space_generator.postprocs, vector_unit(target), 2, limit=limit
-    )
+    return task_analytic_candidates(task.mod, target, limit=limit)[0]
 
 
 def run(mod, target, args):
@@ -258,6 +251,24 @@ def test_the_first_batch_measures_the_analytic_candidates_first(analytic_first, 
         assert session.analytic_counts.get(tasks[0].key, 0) == counts
     finally:
         session.close()
+
+
+def test_benchmarks_time_the_analytic_candidates_the_session_measures(cpu_target, tmp_path):
+    """``task_analytic_candidates`` (what bench/kernels.py and bench/first_batch.py time and count) gives the
+    head of the session's first batch, candidate for candidate."""
+    from tvm_ffi import structural_hash
+
+    from dynatune.search.session import ANALYTIC_HEAD, TuningSession
+
+    task = heaviest_task(conv_onnx(tmp_path / "m.onnx"), cpu_target)
+    session = TuningSession([task], cpu_target, str(tmp_path / "work"))
+    try:
+        ctx = session._context(0)
+        head = session.first_candidates[0](ctx, 8)
+    finally:
+        session.close()
+    bench = candidates_for(task, cpu_target, limit=ANALYTIC_HEAD)
+    assert bench and [structural_hash(c.sch.mod) for c in bench] == [structural_hash(c.sch.mod) for c in head]
 
 
 def test_the_schedule_library_keeps_the_isas_apart():
