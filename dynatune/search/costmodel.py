@@ -2,7 +2,8 @@
 
 - ``xgb``: MetaSchedule's XGBoost model, with ``num_warmup_samples=0`` so it learns from the very first
   measured batch (the default, 100 samples across all tasks, means predicting at random for the whole of
-  a small budget); saved by :mod:`dynatune.search.xgb_model` in a file that cannot run code.
+  a small budget); saved by :mod:`dynatune.search.xgb_model` in a file that cannot run code, and trained
+  when a prediction needs it, not after every batch that grew its data by a fifth.
 - Both learned models extract a candidate's features once (:mod:`dynatune.search.features`).
 - ``random``: random predictions (for ablations).
 - ``ensemble``: AdaTune's uncertainty-aware model (:mod:`dynatune.search.surrogate`).

@@ -63,9 +63,12 @@ def test_the_first_batch_is_its_head_then_samples_not_the_evolutionary_search(sa
         assert res.trials == 8 and res.build_errors == res.run_errors == 0
         assert session.analytic_counts[tasks[0].key] >= 1  # the head: the analytic candidates
         assert ("EvoSearch/SampleInitPopulation" in first.get()) is not sampled
+        model = session.cost_model._inst  # learned from the batch, trained when the search next asks
+        assert model.trainings == 0 and model.stale and model.data_size == 8
         with ms.Profiler() as second:
             session.tune(0, trials=8, batch=8)  # the next batch: the evolutionary search
         assert "EvoSearch/SampleInitPopulation" in second.get()
+        assert model.trainings >= 1
         assert session.db.num_records(tasks[0].key) == 16
     finally:
         session.close()
