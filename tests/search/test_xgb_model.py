@@ -45,12 +45,15 @@ def test_updates_train_nothing_until_a_prediction_needs_it(search):
     assert not inst.stale and inst.booster is not None and inst.trainings == 1
     model.predict(ctx, first)  # nothing new to learn: no training
     assert inst.trainings == 1
-    # the same as a model trained on the same data at once
-    from dynatune.search.xgb_model import training_set
+    # the same predictions as MetaSchedule's own model, which trained at the second update on the same data
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
-    eager, eager_inst = _xgb()
-    eager_inst.data, eager_inst.data_size = inst.data, inst.data_size
-    eager_inst._train(*training_set(list(inst.data.values())))
+    from dynatune.machine.target import usable_cores
+
+    eager = XGBModel(num_warmup_samples=0, adaptive_training=True, config=XGBConfig(nthread=usable_cores()))
+    eager.update(ctx, first, _results(first))
+    eager.update(ctx, second, _results(second, 2.0))
     np.testing.assert_allclose(lazy, eager.predict(ctx, first + second), rtol=1e-6)
 
 
