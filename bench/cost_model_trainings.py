@@ -41,45 +41,56 @@ def batches(work_dir: str):
         yield m["task"], taken
 
 
-def replay_run(work_dir: str, lazy: bool) -> dict:
+def measured_batches(work_dir: str) -> list:
+    """``(task key, TuneContext, candidates, runner results)`` per measured batch, in the run's order: each
+    candidate rebuilt from its record's trace, once for both ways of training."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from dynatune.machine.target import make_target
-    from dynatune.search.costmodel import make_cost_model
     from dynatune.search.database import TuningDatabase
 
     target, db = make_target(), TuningDatabase(os.path.join(work_dir, "db"), read_only=True)
-    model = make_cost_model("xgb")
-    inst = getattr(model, "_inst", model)
-    contexts, seen, trainings, train_s, batches_n = {}, set(), 0, 0.0, 0
-
-    def train() -> None:
-        nonlocal trainings, train_s
-        if inst.stale:
-            t0 = time.perf_counter()
-            inst.train_if_stale()
-            train_s += time.perf_counter() - t0
-            trainings += 1
-
+    contexts, out = {}, []
     for key, lines in batches(work_dir):
-        wl = db._workloads[key]
+        wl = db.workload(key, None)  # a task the run's database holds
         ctx = contexts.setdefault(key, ms.TuneContext(mod=wl.mod, target=target))
-        if lazy and key in seen:
-            train()  # the search predicts this batch
-        seen.add(key)
-        pairs = []
+        cands, results = [], []
         for line in lines:
             rec = ms.database.TuningRecord.from_json(line["record"], wl)
             secs = [float(s) for s in rec.run_secs]
             if min(secs) < FAILED:
-                pairs.append((rec.as_measure_candidate(), RunnerResult(secs, None)))
-        if pairs:
-            model.update(ctx, [c for c, _ in pairs], [r for _, r in pairs])
+                cands.append(rec.as_measure_candidate())
+                results.append(RunnerResult(secs, None))
+        out.append((key, ctx, cands, results))
+    return out
+
+
+def trainings(measured: list, lazy: bool) -> dict:
+    """The cost model's trainings and their seconds over ``measured``, eagerly or lazily."""
+    from dynatune.search.costmodel import make_cost_model
+
+    model = make_cost_model("xgb")
+    inst = getattr(model, "_inst", model)
+    seen, count, train_s = set(), 0, 0.0
+
+    def train() -> None:
+        nonlocal count, train_s
+        if inst.stale:
+            t0 = time.perf_counter()
+            inst.train_if_stale()
+            train_s += time.perf_counter() - t0
+            count += 1
+
+    for key, ctx, cands, results in measured:
+        if lazy and key in seen:
+            train()  # the search predicts this batch
+        seen.add(key)
+        if cands:
+            model.update(ctx, cands, results)
         if not lazy:
             train()
-        batches_n += 1
-    return {"batches": batches_n, "trainings": trainings, "train_s": round(train_s, 2)}
+    return {"batches": len(measured), "trainings": count, "train_s": round(train_s, 2)}
 
 
 def main() -> None:
@@ -92,7 +103,12 @@ def main() -> None:
     import_tensor_intrinsics()
     out = []
     for run in args.work_dir:
-        row = {"work_dir": run, "eager": replay_run(run, lazy=False), "lazy": replay_run(run, lazy=True)}
+        measured = measured_batches(run)
+        row = {
+            "work_dir": run,
+            "eager": trainings(measured, lazy=False),
+            "lazy": trainings(measured, lazy=True),
+        }
         print(json.dumps(row))
         out.append(row)
     if args.json:

@@ -42,12 +42,12 @@ def xgb_model(**kwargs):
 
 
 def training_set(groups) -> tuple[list, np.ndarray]:
-    """The features and targets ``XGBModel.update`` trains on: every candidate of every workload, its
-    target the workload's best cost over its own."""
+    """The features and targets ``XGBModel.update`` trains on: every candidate of every workload (at least
+    one), its target the workload's best cost over its own."""
     xs = [f for g in groups for f in g.features]
     with np.errstate(divide="ignore", invalid="ignore"):
         ys = [np.divide(g.min_cost, g.costs, out=np.zeros_like(g.costs), where=g.costs != 0) for g in groups]
-    return xs, np.concatenate(ys, axis=0) if ys else np.zeros(0, dtype=np.float32)
+    return xs, np.concatenate(ys, axis=0)
 
 
 def _make_model_class():
