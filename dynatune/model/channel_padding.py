@@ -1,4 +1,5 @@
-"""Output channels padded to whole register blocks, where the padding costs nothing after a global pooling.
+"""Output channels padded to whole register blocks, where the padding costs little: after a global pooling,
+or sliced off inside the convolution's own kernel.
 
 A convolution vectorizes its output channels (NHWC). When their number is not a multiple of the target's
 vector lanes, no tiling MetaSchedule can sample covers them with whole registers: SqueezeNet's
@@ -16,10 +17,18 @@ with two 512-bit FMA pipes the kernel stayed at 1.12x ONNX Runtime's (BENCHMARKS
 64 vectors: 13 rows x 2 vectors, for 1.6 % more FLOPs. On a 12 x 12 output, 20 channels become 32 on
 AVX-512 and 24 on AVX2.
 
-A convolution is padded only where that slice lands on a tensor of one pixel (after a global pooling): the
-padded channels then cost their share of FLOPs (0.8-2.4 % for 1000 channels) and a copy of a few hundred
-floats, no more. Anything else keeps its convolution as it is. The real channels compute exactly what
-they did: the same weights, the same reduction order, the same epilogue (tested).
+Where the slice lands:
+- on a tensor of one pixel (after a global pooling): the padded channels cost their share of FLOPs (0.8-2.4 %
+  for 1000 channels) and a copy of a few hundred floats, no more;
+- inside the convolution's own kernel, for a convolution whose channels are not whole vectors at all
+  (mnasnet0_5's 24, 40 and 72 on AVX-512: half-filled ymm registers, at most half the zmm peak). The
+  padding is carried only through element-wise operators that each have the one user (the bias add, the
+  activation), so the slice, and what reads it (a residual add), fuse into the convolution's kernel and the
+  padded tensor is never written out. This needs a reduction of at least a vector per output and a better
+  register block once padded (:func:`_worth_a_slice_in_its_kernel`). Analytic first candidates of mnasnet0_5's
+  five such 1x1 convolutions ran 0.75-0.92x their unpadded time (BENCHMARKS.md, session 26).
+Anything else keeps its convolution as it is. The real channels compute exactly what they did: the same
+weights, the same reduction order, the same epilogue (tested).
 
 ``compile.pad_channels`` (default on for CPU targets whose convolutions are NHWC); it is part of the
 lowering, so it changes the padded convolutions' task keys, the same at extraction and compile time.
@@ -97,10 +106,42 @@ def _plan(func, unit) -> _Plan:
         if channels is None:
             continue
         carried: set = set()
-        if _carries_to_one_pixel(var, channels[0], bindings, users, carried):
-            plan.convs[var] = channels
-            plan.carried.update({v: channels for v in carried})
+        if not _carries_to_one_pixel(var, channels[0], bindings, users, carried):
+            if not _worth_a_slice_in_its_kernel(var, value, channels, unit):
+                continue
+            carried = _elementwise_chain(var, channels[0], bindings, users)
+        plan.convs[var] = channels
+        plan.carried.update({v: channels for v in carried})
     return plan
+
+
+def _worth_a_slice_in_its_kernel(var, value, channels: tuple[int, int], unit) -> bool:
+    """Whether a convolution whose padding a slice must take back at a tensor of many pixels gains by it: its
+    channels are not whole vectors (the kernel runs in narrower registers or part-filled ones), each output
+    sums at least a vector's worth of products (with fewer, mnasnet0_5's 8 -> 24 channels on 112 x 112, its
+    loads and stores bound the kernel, and the padded FMAs only add to them: 1.05x its time), and its best
+    register block computes more real channels per FMA padded than not."""
+    real, padded = channels
+    shape, weight = _shape(var), _shape(value.args[1])
+    if real % unit.lanes == 0 or weight is None:
+        return False
+    rows, reduction = shape[:-1], math.prod(weight[1:])  # OHWI: H x W x I products per output
+    gain = block_score([*rows, padded], unit) * real / padded > block_score([*rows, real], unit)
+    return reduction >= unit.lanes and gain
+
+
+def _elementwise_chain(var, channels: int, bindings, users) -> set:
+    """The element-wise bindings after ``var`` that carry its padding inside its kernel: each the only user
+    of the one before it, so the slice after the last lands in the convolution's fused kernel."""
+    chain: set = set()
+    while len(users[var]) == 1 and users[var][0] is not None:
+        user = users[var][0]
+        value = bindings[user]
+        if _op(value) not in _UNARY | _BINARY or not _carries(user, value, var, channels, bindings):
+            break
+        chain.add(user)
+        var = user
+    return chain
 
 
 def _paddable_conv(var, value, unit, bindings) -> tuple[int, int] | None:

@@ -61,7 +61,7 @@ class Lowering:
     # CPU targets, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (dynatune.model.winograd)
     winograd: bool = False
     # CPU targets, NHWC: a convolution's output channels padded to whole register blocks where a global
-    # pooling follows (dynatune.model.channel_padding)
+    # pooling follows, or sliced back inside its own kernel (dynatune.model.channel_padding)
     pad_channels: bool = True
     # CPU targets, NHWC: a convolution of the model's NCHW input reads it as it lies, with no transpose
     # kernel before it (dynatune.model.input_layout)
@@ -99,9 +99,10 @@ class Lowering:
         return unit if unit is not None and unit.lanes > 1 else None
 
     def _padding(self, target) -> str:
-        """How channels are padded, for the task cache's key: lanes x accumulators (0: none)."""
+        """How channels are padded, for the task cache's key: lanes x accumulators, and where the slices land
+        (0: no padding)."""
         unit = self.pads_channels(target)
-        return f"{unit.lanes}x{unit.accumulators}" if unit is not None else "0"
+        return f"{unit.lanes}x{unit.accumulators}+sliced" if unit is not None else "0"
 
     def _nhwc_cpu(self, target) -> bool:
         from dynatune.model.layout import resolve_conv_layout

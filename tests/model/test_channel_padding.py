@@ -1,6 +1,7 @@
-"""Output channels padded to whole register blocks before a global pooling (``compile.pad_channels``): the
-padded convolution is the task, its size follows the target's vector unit, a convolution whose output is
-not pooled keeps its channels, the model's outputs do not change, and ONNX Runtime's op stays its anchor."""
+"""Output channels padded to whole register blocks (``compile.pad_channels``) before a global pooling, or
+sliced back inside the convolution's own kernel: the padded convolution is the task, its size follows the
+target's vector unit, a convolution with whole vectors or too short a reduction keeps its channels, the
+model's outputs do not change, and ONNX Runtime's op stays its anchor."""
 
 import numpy as np
 import pytest
@@ -17,8 +18,10 @@ OFF = Lowering(pad_channels=False)
 
 
 def classifier(path, rng) -> str:
-    """Conv 3x3 8->16 + ReLU, then two heads on it: a 1x1 conv 16->20 + bias + ReLU + global average pool +
-    flatten (padded), and a 1x1 conv 16->20 that is a 4-D output of its own (not padded)."""
+    """Conv 3x3 8->16 + ReLU, then three heads on it: a 1x1 conv 16->20 + bias + ReLU + global average pool +
+    flatten (padded, the slice after the pool); a 1x1 conv 16->20 + bias whose 4-D output a residual add
+    reads (padded, the slice inside its kernel); and 1x1 convs 16->8 + ReLU (whole AVX2 vectors; under one
+    AVX-512 vector) and 8->20 + bias, a 4-D output (a reduction of 8: padded for AVX2 only)."""
     from onnx import TensorProto, helper, numpy_helper
 
     def weights(name, cout, cin, k):
@@ -33,8 +36,13 @@ def classifier(path, rng) -> str:
         helper.make_node("Relu", ["head_c"], ["head"]),
         helper.make_node("GlobalAveragePool", ["head"], ["pooled"]),
         helper.make_node("Flatten", ["pooled"], ["logits"]),
-        helper.make_node("Conv", ["a", "side_w", "side_b"], ["side"]),
+        helper.make_node("Conv", ["a", "side_w", "side_b"], ["side_c"]),
+        helper.make_node("Add", ["side_c", "side_c_skip"], ["side"]),
+        helper.make_node("Conv", ["a", "thin_w", "thin_b"], ["thin_c"]),
+        helper.make_node("Relu", ["thin_c"], ["thin"]),
+        helper.make_node("Conv", ["thin", "short_w", "short_b"], ["short"]),
     ]
+    skip = (rng.standard_normal((1, 20, 12, 12)) * 0.1).astype(np.float32)
     graph = helper.make_graph(
         nodes,
         "classifier",
@@ -42,8 +50,14 @@ def classifier(path, rng) -> str:
         [
             helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 20]),
             helper.make_tensor_value_info("side", TensorProto.FLOAT, [1, 20, 12, 12]),
+            helper.make_tensor_value_info("short", TensorProto.FLOAT, [1, 20, 12, 12]),
         ],
-        weights("a", 16, 8, 3) + weights("head", 20, 16, 1) + weights("side", 20, 16, 1),
+        weights("a", 16, 8, 3)
+        + weights("head", 20, 16, 1)
+        + weights("side", 20, 16, 1)
+        + weights("thin", 8, 16, 1)
+        + weights("short", 20, 8, 1)
+        + [numpy_helper.from_array(skip, "side_c_skip")],
     )
     return save_onnx(graph, path)
 
@@ -60,26 +74,37 @@ def x86(mcpu: str):
     return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
 
 
-def conv_channels(tasks) -> list[int]:
-    """The output channels of each 1x1 convolution task (its output buffer's last dimension)."""
+def conv_channels(tasks) -> list[tuple[int, int]]:
+    """Each 1x1 convolution task's (weight's output channels, output's channels), sorted; a task whose weight
+    has more channels than its output slices them back inside its kernel."""
     found = []
     for task in tasks:
-        if "conv2d" in task.name and task.flops < 200_000:  # not the 3x3 one (336k FLOPs)
+        if "conv2d" in task.name and task.flops < 200_000:  # not the 3x3 one (331k FLOPs)
             func = task.mod["main"]
-            found.append(int(func.params[-1].ty.shape[-1]))
+            weight = func.params[int(func.attrs["layout_free_buffers"][0])]
+            pair = (int(weight.ty.shape[0]), int(func.params[-1].ty.shape[-1]))
+            assert (pair[0] != pair[1]) == ("strided_slice" in task.name) or "mean" in task.name, task.name
+            found.append(pair)
     return sorted(found)
 
 
 AVX512, AVX2 = VectorUnit("avx512", 16, 32), VectorUnit("avx2", 8, 16)
 
 
-@pytest.mark.parametrize("mcpu,lanes,padded", [("skylake-avx512", 16, 32), ("haswell", 8, 24)])
-def test_pooled_convolution_is_padded_for_the_targets_vectors_and_the_other_not(model, mcpu, lanes, padded):
+@pytest.mark.parametrize(
+    "mcpu,lanes,padded",
+    [
+        # head (pooled), side (sliced in its kernel), short (reduction 8 < 16 lanes), thin (under a vector)
+        ("skylake-avx512", 16, [(8, 8), (20, 20), (32, 20), (32, 32)]),
+        ("haswell", 8, [(8, 8), (24, 20), (24, 20), (24, 24)]),
+    ],
+)
+def test_convolutions_are_padded_for_the_targets_vectors_where_it_pays(model, mcpu, lanes, padded):
     target = x86(mcpu)
     assert Lowering().pads_channels(target).lanes == lanes
     assert f"pad_channels={lanes}x" in Lowering().describe(target)
-    assert conv_channels(extract_tasks(model, target)) == [20, padded]
-    assert conv_channels(extract_tasks(model, target, OFF)) == [20, 20]
+    assert conv_channels(extract_tasks(model, target)) == padded
+    assert conv_channels(extract_tasks(model, target, OFF)) == [(8, 8), (20, 20), (20, 20), (20, 20)]
     assert OFF.pads_channels(target) is None
 
 
@@ -116,7 +141,9 @@ def test_padded_model_matches_the_unpadded_one_and_onnxruntime(model, cpu_target
     check = verify(padded, model, dev, threads=2)
     assert check.ok and check.max_rel_err < 1e-5, check
     x = tvm.runtime.tensor(model.random_inputs(seed=1)["x"], dev)
-    for got, want in zip(padded["main"](x), plain["main"](x)):
+    outputs = list(zip(padded["main"](x), plain["main"](x)))
+    assert len(outputs) == 3
+    for got, want in outputs:
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
 
 
