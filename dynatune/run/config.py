@@ -98,7 +98,8 @@ class CompileSection(Section):
     place_concat: bool = Lowering.place_concat
     # CPU, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (model.winograd); changes their keys
     winograd: bool = Lowering.winograd
-    # CPU, NHWC: output channels padded to register blocks before a global pooling (model.channel_padding)
+    # CPU, NHWC: output channels padded to register blocks before a global pooling, or sliced back inside the
+    # convolution's kernel (model.channel_padding)
     pad_channels: bool = Lowering.pad_channels
     # CPU, NHWC: a convolution of the model's NCHW input reads it as it lies: no transpose kernel before it
     read_input: bool = Lowering.read_input

@@ -32,6 +32,7 @@ from dynatune.search.costmodel import cost_model_names
 from dynatune.search.database import JsonlWriter, TuningDatabase, mean_secs
 from dynatune.search.index_args import bounds_by_args, index_bounds
 from dynatune.search.measure import MeasureConfig, make_runner
+from dynatune.search.population import CarriedPopulation
 from dynatune.search.retirement import RetirementPolicy
 from dynatune.search.sampled import sampled_candidates
 from dynatune.search.section import MAX_SEED, OneOf, Section
@@ -70,6 +71,10 @@ class SearchConfig(Section):
     # the rest of a task's first batch, after its head (analytic candidates, the library's): random samples
     # of its design space (dynatune.search.sampled), not the evolutionary search's picks
     sampled_first_batch: bool = True
+    # the batches after a task's first carry their initial population over: the database's best replayed
+    # once, the random samples kept, init_min_unmeasured of them drawn anew per batch
+    # (dynatune.search.population); false: MetaSchedule's own batches, each population drawn anew
+    carry_population: bool = True
     # how far the search may unroll the loops of a task that tiles a block (dynatune.search.space):
     # MetaSchedule's CPU rules also offer 512 steps, whose kernels took twice as long to build
     unroll_steps: list[Annotated[int, Field(ge=0)]] = Field(
@@ -208,6 +213,7 @@ class TuningSession:
         self.cost_model = cost_model or self._make_cost_model()
         self._contexts: dict[int, object] = {}
         self._spaces: dict[int, list] = {}  # task index -> its design spaces
+        self._populations: dict[int, CarriedPopulation] = {}  # task index -> its search's carried population
         # task index -> candidates measured at the head of its next batch, before the search's own: a function
         # of the task's TuneContext (its postprocessors) and the batch size, called once (the library's
         # transfer)
@@ -420,6 +426,24 @@ class TuningSession:
             rest = list(ctx.generate_measure_candidates() or [])
         return head + rest[: size - len(head)]
 
+    def _next_batch(self, i: int, ctx, batch: int | None) -> list:
+        """Task ``i``'s next batch from the evolutionary search (``batch``: at most that many)."""
+        s = self.search
+        if not s.carry_population:
+            cands = list(ctx.generate_measure_candidates() or [])
+            return cands[:batch] if batch is not None else cands
+        if i not in self._populations:
+            t = self.tasks[i]
+            self._populations[i] = CarriedPopulation(
+                ctx,
+                self.db.memory,
+                self.db.workload(t.key, t.mod),
+                measured_ratio=s.init_measured_ratio,
+                fresh=max(1, s.init_min_unmeasured),
+                max_trials=s.max_trials_per_task - self.state(i).trials,
+            )
+        return self._populations[i].candidates(batch or s.trials_per_iter)
+
     def warm_up(self) -> None:
         """Pay the one-off costs now: worker pools, and TVM's tensor-intrinsic registry."""
         from dynatune.search.intrinsics import import_tensor_intrinsics
@@ -468,9 +492,7 @@ class TuningSession:
             if i in self.first_candidates:
                 cands = self._first_batch(i, ctx, batch or self.search.trials_per_iter)
             else:
-                cands = ctx.generate_measure_candidates()
-                if cands and batch is not None:
-                    cands = list(cands)[:batch]
+                cands = self._next_batch(i, ctx, batch)
             res.search_s += time.perf_counter() - t0
             if not cands:
                 res.note, res.exhausted = self.retirement.search_exhausted(st), True
