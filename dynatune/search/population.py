@@ -17,9 +17,9 @@ tuning time, and about a quarter of it went to the initial population (BENCHMARK
 
 The population's size, the mutation, the ranking and the picks are MetaSchedule's: ``EvolveWithCostModel``
 returns the batch's best-ranked schedules none of which was returned before, ``eps_greedy`` of a batch are
-random samples, and the search ends for a task when it finds nothing new. Its random state is the task's
-``TuneContext``'s, so a seeded run draws the same samples. ``search.carry_population: false`` gives
-MetaSchedule's own batches back.
+random samples, and the search ends for a task when it finds nothing new. The random draws come from the
+task's ``TuneContext``, as MetaSchedule's own do. ``search.carry_population: false`` gives MetaSchedule's own
+batches back.
 """
 
 from __future__ import annotations
