@@ -18,8 +18,12 @@ tuning time, and about a quarter of it went to the initial population (BENCHMARK
 The population's size, the mutation, the ranking and the picks are MetaSchedule's: ``EvolveWithCostModel``
 returns the batch's best-ranked schedules none of which was returned before, ``eps_greedy`` of a batch are
 random samples, and the search ends for a task when it finds nothing new. The random draws come from the
-task's ``TuneContext``, as MetaSchedule's own do. ``search.carry_population: false`` gives MetaSchedule's own
-batches back.
+task's ``TuneContext``, as MetaSchedule's own do.
+
+Off by default (``search.carry_population``). It measures 8-16 % more candidates in 240 s (squeezenet1_1 and
+mnasnet0_5, two seeds each) with models as fast (carry / anew of the same seed 0.988-1.014), but after 900 s
+its squeezenet1_1 model was 1.055x the time of the search that draws its population anew (BENCHMARKS.md,
+session 26): fewer fresh samples per batch explore less, and a longer run pays for it.
 """
 
 from __future__ import annotations

@@ -73,8 +73,9 @@ class SearchConfig(Section):
     sampled_first_batch: bool = True
     # the batches after a task's first carry their initial population over: the database's best replayed
     # once, the random samples kept, init_min_unmeasured of them drawn anew per batch
-    # (dynatune.search.population); false: MetaSchedule's own batches, each population drawn anew
-    carry_population: bool = True
+    # (dynatune.search.population). Off by default: 8-16 % more candidates in 240 s with models as fast, but
+    # a 5 % slower model after 900 s (BENCHMARKS.md, session 26)
+    carry_population: bool = False
     # how far the search may unroll the loops of a task that tiles a block (dynatune.search.space):
     # MetaSchedule's CPU rules also offer 512 steps, whose kernels took twice as long to build
     unroll_steps: list[Annotated[int, Field(ge=0)]] = Field(
