@@ -31,17 +31,15 @@ from __future__ import annotations
 import random
 
 _EVOLUTIONARY_SEARCH = "s_tir.meta_schedule.SearchStrategyEvolutionarySearch"  # its exported steps
-FRESH_SAMPLES = 16  # random samples drawn anew per batch (MetaSchedule draws at least init_min_unmeasured)
 
 
 class CarriedPopulation:
     """One task's batches after its first (:meth:`candidates`), from the task's pre-tuned ``ctx`` (its
     evolutionary search holds the state: the measured set, the random state, the cost model) and ``database``
-    (a MetaSchedule database holding the task's ``workload``)."""
+    (a MetaSchedule database holding the task's ``workload``); ``fresh`` random samples are drawn anew per
+    batch."""
 
-    def __init__(
-        self, ctx, database, workload, *, measured_ratio: float, fresh: int = FRESH_SAMPLES, max_trials: int
-    ):
+    def __init__(self, ctx, database, workload, *, measured_ratio: float, fresh: int, max_trials: int):
         import tvm
 
         self.ctx, self.database, self.workload = ctx, database, workload
@@ -62,7 +60,7 @@ class CarriedPopulation:
         """The next ``n`` (at most) MeasureCandidates; ``[]`` when the search finds nothing new or has given
         the task its ``max_trials``. As MetaSchedule picks them: the best-ranked, and ``eps_greedy`` of the
         batch (rounded down) random samples of the population."""
-        from dynatune.search.replay import measure_candidate
+        from dynatune.search.replay import distinct_candidates
 
         n = min(n, self.max_trials - self.generated)
         if n <= 0:
@@ -76,25 +74,12 @@ class CarriedPopulation:
             return []
         randoms = int(n * float(self.strategy.eps_greedy))
         ranked = self._evolve(self.strategy, best + self.samples, n - randoms) if n > randoms else []
-        picks = self._new(ranked, n)
-        picks += self._new(self._rng.sample(self.samples, len(self.samples)), n - len(picks))
+        # the evolution knows its own picks, not the random ones: both checked against all returned
+        picks = distinct_candidates(ranked, n, seen=self._returned)
+        shuffled = self._rng.sample(self.samples, len(self.samples))
+        picks += distinct_candidates(shuffled, n - len(picks), seen=self._returned)
         self.generated += len(picks)
-        return [measure_candidate(s) for s in picks]
-
-    def _new(self, schedules, limit: int) -> list:
-        """The first ``limit`` of ``schedules`` this search has not returned before (the evolution knows its
-        own picks, not the random ones)."""
-        from tvm_ffi import structural_hash
-
-        out = []
-        for sch in schedules:
-            if len(out) >= limit:
-                break
-            h = structural_hash(sch.mod)
-            if h not in self._returned:
-                self._returned.add(h)
-                out.append(sch)
-        return out
+        return picks
 
     def _best_schedules(self) -> list:
         """The database's best records of the task, post-processed, each replayed only once."""

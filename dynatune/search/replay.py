@@ -38,12 +38,15 @@ def measure_candidate(sch):
     return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
 
-def distinct_candidates(schedules, limit: int, exclude=()) -> list:
+def distinct_candidates(schedules, limit: int, exclude=(), seen: set | None = None) -> list:
     """MeasureCandidates of the first ``limit`` structurally distinct schedules (``None`` skipped), none
-    of them structurally one of the ``exclude`` candidates."""
+    of them structurally one of the ``exclude`` candidates, nor one whose structural hash is in ``seen``
+    (a caller's set, which the hashes of those returned join)."""
     from tvm_ffi import structural_hash
 
-    out, seen = [], {structural_hash(c.sch.mod) for c in exclude}
+    out = []
+    seen = seen if seen is not None else set()
+    seen.update(structural_hash(c.sch.mod) for c in exclude)
     for sch in schedules:
         if len(out) >= limit:
             break
