@@ -358,3 +358,41 @@ def few_trials_session(tasks, target, work: str):
 
     search = SearchConfig(trials_per_iter=4, population_size=16, init_min_unmeasured=8, genetic_num_iters=1)
     return TuningSession(tasks, target, work, search=search, measure=MeasureConfig(repeat=3, min_repeat_ms=5))
+
+
+def make_winograd_cnn(tmp_path, rng) -> str:
+    """3x3 convolutions with ReLU: 16->32 at 48x48 (eligible), 32->32 stride 2 (not), 32->16 at 24x24
+    (eligible), 16->16 stride 2 (not), 16->16 at 12x12 (9 tiles: too few), 16->8 (too few channels)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    layers = [("a", 16, 32, 1, True), ("b", 32, 32, 2, True), ("c", 32, 16, 1, True), ("d", 16, 16, 2, True)]
+    layers += [("e", 16, 16, 1, True), ("f", 16, 8, 1, False)]
+    nodes, inits, src = [], [], "x"
+    for name, cin, cout, stride, relu in layers:
+        w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2.0 / (cin * 9))).astype(np.float32)
+        inits += [
+            numpy_helper.from_array(w, f"{name}_w"),
+            numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}_b"),
+        ]
+        out = f"{name}_c" if relu else "y"
+        nodes.append(
+            helper.make_node(
+                "Conv", [src, f"{name}_w", f"{name}_b"], [out], pads=[1] * 4, strides=[stride] * 2
+            )
+        )
+        if relu:
+            nodes.append(helper.make_node("Relu", [out], [name]))
+            out = name
+        src = out
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 48, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12])],
+        inits,
+    )
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path

@@ -60,6 +60,9 @@ class Lowering:
     place_concat: bool = True
     # CPU targets, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (dynatune.model.winograd)
     winograd: bool = False
+    # ... except the convolutions of these signatures (dynatune.model.winograd.signature): the compile's
+    # per-task choice (dynatune.compiler.winograd_choice) keeps them direct where that is faster
+    winograd_direct: tuple[str, ...] = ()
     # CPU targets, NHWC: a convolution's output channels padded to whole register blocks where a global
     # pooling follows, or sliced back inside its own kernel (dynatune.model.channel_padding)
     pad_channels: bool = True
@@ -118,6 +121,11 @@ class Lowering:
             f"|fast_math={self.fast_maths(target)}|place_concat={self.places_concats(target)}"
             f"|winograd={self.winograds(target)}|pad_channels={self._padding(target)}"
             f"|read_input={self.reads_input(target)}"
+            + (
+                f"|winograd_direct={','.join(self.winograd_direct)}"
+                if self.winograds(target) and self.winograd_direct
+                else ""
+            )
         )
 
 
@@ -130,7 +138,11 @@ def _conv_legalize(target, lowering: Lowering) -> dict | None:
     if not (winograd or reads_input):
         return None
     if winograd:
-        from dynatune.model.winograd import legalize as direct
+        from functools import partial
+
+        from dynatune.model.winograd import legalize
+
+        direct = partial(legalize, direct=lowering.winograd_direct)
     else:
         direct = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
     if not reads_input:
@@ -175,10 +187,13 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
 
         passes.append(pad_channels_pass(unit))
     if lowering.reads_input(target):
-        from dynatune.model.input_layout import read_input_pass
-        from dynatune.model.winograd import eligible
+        from functools import partial
 
-        passes.append(read_input_pass(keep=eligible if lowering.winograds(target) else None))
+        from dynatune.model.input_layout import read_input_pass
+        from dynatune.model.winograd import computes_winograd
+
+        winograd = partial(computes_winograd, direct=lowering.winograd_direct)
+        passes.append(read_input_pass(keep=winograd if lowering.winograds(target) else None))
     passes += backend_passes(target, "library_dispatch_passes") + [
         relax.transform.DecomposeOpsForInference(),
         # batch norm decomposes into (y, mean, var)[0]: the tuple would stop the activation after it from

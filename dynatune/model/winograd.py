@@ -21,6 +21,10 @@ out, at least :data:`MIN_TILES` output tiles) as two calls:
 A Winograd task is another function than the direct one: its key differs, and so do its FLOPs (TVM counts
 the Winograd function's own, fewer than the direct convolution's), so its GFLOP/s does not compare with
 a direct kernel's.
+
+Where Winograd is faster is measured, not assumed: before the final compile each Winograd task's best
+kernel is timed beside the direct convolution's (:mod:`dynatune.compiler.winograd_choice`), and the
+convolutions where it lost are lowered direct (``Lowering.winograd_direct``: their :func:`signature`).
 """
 
 from __future__ import annotations
@@ -61,6 +65,41 @@ def eligible(call) -> bool:
         and min(kernel[0], kernel[3]) >= MIN_CHANNELS
         and tiles[0] * tiles[1] >= MIN_TILES
     )
+
+
+def signature(call) -> str:
+    """An eligible convolution's shape, as :attr:`Lowering.winograd_direct` names it: its NHWC input and
+    output without the batch, ``"27x27x32->27x27x128"``."""
+    return _signature(call.args[0].ty.shape.values, call.ty.shape.values)
+
+
+def task_signature(func) -> str | None:
+    """The :func:`signature` of the convolution a Winograd task's PrimFunc ``func`` computes (``None`` for
+    another task): the input its ``data_pad`` block reads and the output its ``conv2d_winograd`` block
+    writes."""
+    import tvm_ffi
+    from tvm.s_tir import SBlock
+
+    shapes = {}
+
+    def visit(block) -> None:
+        if block.name_hint == "data_pad" and block.reads:
+            shapes["in"] = block.reads[0].source.shape
+        elif block.name_hint == "conv2d_winograd" and block.writes:
+            shapes["out"] = block.writes[0].source.shape
+
+    tvm_ffi.structural_walk(func.body, ((SBlock,), visit))
+    return _signature(shapes["in"], shapes["out"]) if len(shapes) == 2 else None
+
+
+def _signature(data, out) -> str:
+    return "->".join("x".join(str(int(d)) for d in list(shape)[1:]) for shape in (data, out))
+
+
+def computes_winograd(call, direct=()) -> bool:
+    """Whether the lowering computes ``call`` (a ``relax.nn.conv2d``) with Winograd: it is
+    :func:`eligible` and its :func:`signature` is not among those kept ``direct``."""
+    return eligible(call) and (not direct or signature(call) not in direct)
 
 
 def weight_transform(kernel):
@@ -145,11 +184,12 @@ def _tile_transform(src, mat, shape, names, stage: int):
     )
 
 
-def legalize(bb, call):
-    """``relax.nn.conv2d`` legalized: Winograd where :func:`eligible`, TOPI's direct convolution elsewhere."""
+def legalize(bb, call, direct=()):
+    """``relax.nn.conv2d`` legalized: Winograd where :func:`computes_winograd` (``direct``: the signatures
+    kept direct), TOPI's direct convolution elsewhere."""
     import tvm
 
-    if not eligible(call):
+    if not computes_winograd(call, direct):
         return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
     kernel_pack = bb.emit_te(weight_transform, call.args[1], primfunc_name_hint="winograd_weight_transform")
     out = bb.call_te(

@@ -96,7 +96,8 @@ class CompileSection(Section):
     fast_math: bool = Lowering.fast_math  # CPU: exp/erf/tanh/sigmoid/softmax/GELU as vectorizable polynomials
     # producers of a concatenation write into their slice of it: no copy kernel (model.placement)
     place_concat: bool = Lowering.place_concat
-    # CPU, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (model.winograd); changes their keys
+    # CPU, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (model.winograd), each kept in the compiled
+    # model only where its tuned kernel beats the direct one (compiler.winograd_choice); changes their keys
     winograd: bool = Lowering.winograd
     # CPU, NHWC: output channels padded to register blocks before a global pooling, or sliced back inside the
     # convolution's kernel (model.channel_padding)
@@ -109,8 +110,11 @@ class CompileSection(Section):
     timing_wait_s: float = Field(10.0, ge=0)
 
     def lowering(self) -> Lowering:
-        """How the model is lowered to tasks (extraction and compile share it)."""
-        return Lowering(**{f.name: getattr(self, f.name) for f in fields(Lowering)})
+        """How the model is lowered to tasks (extraction and compile share it); the fields a run decides
+        itself (``winograd_direct``) are left at their defaults."""
+        return Lowering(
+            **{f.name: getattr(self, f.name) for f in fields(Lowering) if f.name in type(self).model_fields}
+        )
 
     def quiet(self):
         """When a timing against ONNX Runtime counts as quiet, and how often it is tried on a busy machine."""

@@ -71,8 +71,9 @@ def tune_round(tuner, round_no: int):
     return tuner.step()
 
 
-def compile_verify(model, target, database, cfg, artifact: str, on_stage=None):
-    """``on_stage(name)``: called as compile, verify and timing start."""
+def compile_verify(model, target, database, cfg, artifact: str, on_stage=None, lowering=None):
+    """``on_stage(name)``: called as compile, verify and timing start. ``lowering``: the config's unless
+    the run chose another (:mod:`dynatune.compiler.winograd_choice`)."""
     from dynatune.compiler.compile import compile_and_verify
     from dynatune.machine.target import usable_cores
 
@@ -85,7 +86,7 @@ def compile_verify(model, target, database, cfg, artifact: str, on_stage=None):
         rel_tol=cfg.compile.rel_tol,
         measure_untuned=cfg.compile.measure_untuned,
         measure_onnxruntime=cfg.compile.measure_onnxruntime,
-        lowering=cfg.compile.lowering(),
+        lowering=lowering or cfg.compile.lowering(),
         quiet=cfg.compile.quiet(),
         on_stage=on_stage,
     )
@@ -118,6 +119,7 @@ class TuningRun:
         self.on_stage = on_stage or (lambda name, detail="": None)
         self.tuner = None
         self.library = None
+        self._compiled_tasks = None  # what the profile reads, when the compiled model's tasks differ
         self._lock = None
 
     def __enter__(self) -> "TuningRun":
@@ -207,7 +209,9 @@ class TuningRun:
     def compile(self, artifact: str | None = None):
         """Compile with the best schedules, verify against ONNX Runtime (the worker pools are stopped first:
         idle pools must not share the cores with the final timing)."""
-        database = self.session.compile_database()
+        database, lowering = self.session.compile_database(), self.cfg.compile.lowering()
+        if lowering.winograds(self.target):
+            database, lowering = self._choose_winograd(database, lowering)
         self.session.close_workers()
         return self.steps.compile_verify(
             self.model,
@@ -216,7 +220,21 @@ class TuningRun:
             self.cfg,
             artifact or WorkDir(self.cfg.work_dir).model_so,
             on_stage=self.on_stage,
+            lowering=lowering,
         )
+
+    def _choose_winograd(self, database, lowering):
+        """Winograd kept only where its tuned kernel beats the direct one (:mod:`.winograd_choice`)."""
+        from dynatune.compiler.winograd_choice import CompiledTasks, choose_winograd
+
+        self.on_stage("winograd choice")
+        choice = choose_winograd(self.model, self.session, lowering, database)
+        choice.write(WorkDir(self.cfg.work_dir).report_dir)
+        if choice.duels:
+            self.on_stage("winograd choice", choice.summary())
+        if choice.lowering.winograd_direct:  # the compiled model's tasks are not the session's
+            self._compiled_tasks = CompiledTasks(self.target, choice)
+        return choice.database, choice.lowering
 
     def profile(self, artifact: str) -> dict:
         """Per-kernel profile of the compiled model (``report/profile.json`` and ``.md``): each call timed in
@@ -229,7 +247,7 @@ class TuningRun:
         return write_profile(
             artifact,
             self.model,
-            self.session,
+            self._compiled_tasks or self.session,
             WorkDir(self.cfg.work_dir).report_dir,
             quiet=self.cfg.compile.quiet(),
             roofline=roofline,

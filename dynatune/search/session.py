@@ -550,6 +550,11 @@ class TuningSession:
         measure_s = time.perf_counter() - t0
         return results, build_s, measure_s
 
+    def time_candidates(self, cands, tasks: list[Task]) -> list:
+        """Build and time ``cands`` (one task each, ``tasks``) in one batch as tuning does, none raced out:
+        their RunnerResults, in order. They are not recorded."""
+        return self._build_and_run(cands, tasks=tasks)[0]
+
     def index_bounds(self, task: Task) -> dict[int, int]:
         """``{param position: high}`` of the task's index arguments
         (:func:`dynatune.search.index_args.index_bounds`)."""

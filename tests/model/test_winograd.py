@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import make_winograd_cnn
 
 from dynatune.compiler.compile import build, verify
 from dynatune.compiler.runtime import relax_vm
@@ -16,46 +17,9 @@ from dynatune.model.winograd import RULES
 ON = Lowering(winograd=True)
 
 
-def cnn(tmp_path, rng) -> str:
-    """3x3 convolutions with ReLU: 16->32 at 48x48 (eligible), 32->32 stride 2 (not), 32->16 at 24x24
-    (eligible), 16->16 stride 2 (not), 16->16 at 12x12 (9 tiles: too few), 16->8 (too few channels)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    layers = [("a", 16, 32, 1, True), ("b", 32, 32, 2, True), ("c", 32, 16, 1, True), ("d", 16, 16, 2, True)]
-    layers += [("e", 16, 16, 1, True), ("f", 16, 8, 1, False)]
-    nodes, inits, src = [], [], "x"
-    for name, cin, cout, stride, relu in layers:
-        w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2.0 / (cin * 9))).astype(np.float32)
-        inits += [
-            numpy_helper.from_array(w, f"{name}_w"),
-            numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}_b"),
-        ]
-        out = f"{name}_c" if relu else "y"
-        nodes.append(
-            helper.make_node(
-                "Conv", [src, f"{name}_w", f"{name}_b"], [out], pads=[1] * 4, strides=[stride] * 2
-            )
-        )
-        if relu:
-            nodes.append(helper.make_node("Relu", [out], [name]))
-            out = name
-        src = out
-    graph = helper.make_graph(
-        nodes,
-        "cnn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 48, 48])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12])],
-        inits,
-    )
-    path = str(tmp_path / "cnn.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return load_model(cnn(tmp_path_factory.mktemp("winograd"), np.random.default_rng(0)))
+    return load_model(make_winograd_cnn(tmp_path_factory.mktemp("winograd"), np.random.default_rng(0)))
 
 
 def test_eligible_convolutions_become_winograd_tasks_with_their_epilogue(model, cpu_target):
