@@ -19,8 +19,8 @@ out, at least :data:`MIN_TILES` output tiles) as two calls:
   bias and an activation fuse into its epilogue as they do into a direct convolution's.
 
 A Winograd task is another function than the direct one: its key differs, and so do its FLOPs (TVM counts
-the Winograd function's own, fewer than the direct convolution's), so its GFLOP/s does not compare with
-a direct kernel's.
+the Winograd function's own transforms and products, not the direct convolution's), so its GFLOP/s does not
+compare with a direct kernel's.
 
 Where Winograd is faster is measured, not assumed: before the final compile each Winograd task's best
 kernel is timed beside the direct convolution's (:mod:`dynatune.compiler.winograd_choice`), and the

@@ -52,7 +52,8 @@ class RunCallback:
 
     def on_stage(self, name: str, detail: str = "") -> None:
         """A stage of the run starts: "import", "extraction", "untuned latencies", "coverage pass",
-        "tuning", "measurement", "compile", "verify", "timing", "untuned model", "profile", "report"."""
+        "tuning", "measurement", "winograd choice" (with ``compile.winograd``), "compile", "verify", "timing",
+        "untuned model", "profile", "report"."""
 
     def on_start(self, run: RunStart) -> None:
         """Before the first round (also when a run resumes)."""
