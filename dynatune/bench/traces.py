@@ -16,7 +16,6 @@ in it, and continues a half-tuned task from its seed's work directory, so record
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import glob
 import json
@@ -129,7 +128,7 @@ def record(cfg, seeds, seconds_per_task: float, out: str, work_root: str, log=pr
         "target": describe(target),
         "seconds_per_task": float(seconds_per_task),
         "trials_per_iter": cfg.search.trials_per_iter,
-        "lowering": dataclasses.asdict(cfg.compile.lowering()),
+        "lowering": cfg.compile.lowering_settings(),
         "search": cfg.search.model_dump(exclude={"seed"}),
     }
     doc = _continued(out, head, tasks)

@@ -112,9 +112,11 @@ class CompileSection(Section):
     def lowering(self) -> Lowering:
         """How the model is lowered to tasks (extraction and compile share it); the fields a run decides
         itself (``winograd_direct``) are left at their defaults."""
-        return Lowering(
-            **{f.name: getattr(self, f.name) for f in fields(Lowering) if f.name in type(self).model_fields}
-        )
+        return Lowering(**self.lowering_settings())
+
+    def lowering_settings(self) -> dict:
+        """The lowering's fields this section sets."""
+        return {f.name: getattr(self, f.name) for f in fields(Lowering) if f.name in type(self).model_fields}
 
     def quiet(self):
         """When a timing against ONNX Runtime counts as quiet, and how often it is tried on a busy machine."""
