@@ -28,17 +28,20 @@ class Phases:
         self.current, self.tuning = "other", False
         self.samples = collections.defaultdict(lambda: [0, 0, 0.0])  # busy, total jiffies, seconds
 
-    def wrap(self, owner, name: str, label: str) -> None:
-        inner = getattr(owner, name)
+    def labelled(self, label: str, call):
+        """``call``, run in the phase ``label``."""
 
         def wrapped(*args, **kwargs):
             before, self.current = self.current, label
             try:
-                return inner(*args, **kwargs)
+                return call(*args, **kwargs)
             finally:
                 self.current = before
 
-        setattr(owner, name, wrapped)
+        return wrapped
+
+    def wrap(self, owner, name: str, label: str) -> None:
+        setattr(owner, name, self.labelled(label, getattr(owner, name)))
 
     def sample(self, stop: threading.Event, every_s: float = 0.02) -> None:
         busy0, total0 = _cpu()
@@ -64,11 +67,7 @@ class LabelledBuilder:
         return getattr(self.inner, name)
 
     def build(self, *args, **kwargs):
-        before, self.phases.current = self.phases.current, "build"
-        try:
-            return self.inner.build(*args, **kwargs)
-        finally:
-            self.phases.current = before
+        return self.phases.labelled("build", self.inner.build)(*args, **kwargs)
 
 
 def _cpu() -> tuple[int, int]:

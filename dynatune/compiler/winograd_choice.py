@@ -31,7 +31,7 @@ REPORT = "winograd.json"  # in the run's report dir
 # Winograd is kept where its kernel takes at most this share of the direct twin's time, both alone. The
 # twin is timed with its analytic first candidates, which a run with Winograd never tunes further: tuned for
 # 900 s, the direct squeezenet1_1 3x3 kernels ran 0.85-0.98x their analytic ones; and in the model a
-# Winograd kernel's transformed weights (4x the direct ones) come from memory: 1.04-1.05x its time alone
+# Winograd kernel's transformed weights (4x the direct ones) come from memory: 1.04-1.24x its time alone
 # (BENCHMARKS.md, sessions 17 and 27). A near tie goes to the direct convolution, whose numerics are exact.
 MARGIN = 0.85
 
@@ -117,10 +117,12 @@ def choose_winograd(model, session, lowering: Lowering, database, keep=None) -> 
         return WinogradChoice(lowering, database)
     signatures = {name: task_signature(t.mod["main"]) for name, t in winograd.items()}
     all_direct = replace(lowering, winograd_direct=tuple(sorted(set(signatures.values()))))
-    direct = {t.name: t for t in extract_tasks(model, target, all_direct)}
+    bound = model.bound_module()
+    fused = {x: fuse(bound, target, x) for x in (lowering, all_direct)}  # each lowered once
+    direct = {t.name: t for t in extract_tasks(model, target, all_direct, fused[all_direct])}
     twins = {
         w: d
-        for w, d in paired_calls(model, target, lowering, all_direct).items()
+        for w, d in paired_calls(fused[lowering], fused[all_direct]).items()
         if w in winograd and d in direct
     }
     duels, kernels = [], {}
@@ -133,7 +135,7 @@ def choose_winograd(model, session, lowering: Lowering, database, keep=None) -> 
     chosen = {s for s, ds in by_signature.items() if not keep(ds)}
     while True:  # a direct twin the compiled model would not call as tuned keeps its Winograd task
         final = replace(lowering, winograd_direct=tuple(sorted(chosen)))
-        tasks = extract_tasks(model, target, final)
+        tasks = extract_tasks(model, target, final, fused.get(final))
         keys = {t.key for t in tasks}
         astray = {
             d.signature for d in duels if d.signature in chosen and direct[d.direct_task].key not in keys
@@ -161,13 +163,12 @@ def _wins(winograd_s: float, direct_s: float) -> bool:
     return winograd_s <= MARGIN * direct_s
 
 
-def paired_calls(model, target, lowering: Lowering, other: Lowering) -> dict[str, str]:
-    """``{function name under lowering: function name under other}`` for the fused functions the two
-    lowerings call at the same place of the model, where they differ. The places are found by aligning
-    the two sequences of calls by their output shapes: a lowering may call a function the other does not
-    (a transpose of the model's input that a direct first convolution reads in place)."""
-    bound = model.bound_module()
-    ours, theirs = (_called_functions(fuse(bound, target, x)) for x in (lowering, other))
+def paired_calls(fused, other) -> dict[str, str]:
+    """``{function name in fused: function name in other}`` for the fused functions two lowerings of a
+    model (:func:`dynatune.model.extract.fuse`) call at the same place, where they differ. The places are
+    found by aligning the two sequences of calls by their output shapes: a lowering may call a function the
+    other does not (a transpose of the model's input that a direct first convolution reads in place)."""
+    ours, theirs = _called_functions(fused), _called_functions(other)
     match = difflib.SequenceMatcher(a=[s for _, s in ours], b=[s for _, s in theirs], autojunk=False)
     pairs = {}
     for block in match.get_matching_blocks():
@@ -198,15 +199,13 @@ def _duel(session, winograd, direct, signature: str) -> tuple[Duel, object]:
     batch; the duel, and the fastest direct candidate with its result (``None``: none ran)."""
     from dynatune.search.analytic import task_analytic_candidates
     from dynatune.search.database import mean_secs
-    from dynatune.search.replay import measure_candidate, replay
+    from dynatune.search.replay import measure_candidate
 
     cands, tasks = [], []
-    top = session.db.memory.get_top_k(session.db.workload(winograd.key, winograd.mod), 1)
-    if top:
-        _, postprocs = task_analytic_candidates(winograd.mod, session.target, limit=0)
-        sch = replay(winograd.mod, top[0].trace, postprocs)
-        if sch is not None:
-            cands, tasks = [measure_candidate(sch)], [winograd]
+    session.db.workload(winograd.key, winograd.mod)  # the workload its records are kept under
+    sch = session.db.memory.query_schedule(winograd.mod, session.target, "main")  # as the compile applies it
+    if sch is not None:
+        cands, tasks = [measure_candidate(sch)], [winograd]
     ours = len(cands)
     analytic, _ = task_analytic_candidates(
         direct.mod, session.target, unroll_steps=session.search.unroll_steps

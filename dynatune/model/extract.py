@@ -249,16 +249,17 @@ def task_key(mod) -> str:
     return f"{structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-def extract_tasks(model, target, lowering: Lowering = Lowering()) -> list[Task]:
+def extract_tasks(model, target, lowering: Lowering = Lowering(), fused=None) -> list[Task]:
     """Every tunable task of ``model`` for ``target``, heaviest (weight x FLOPs) first.
 
     ``lowering`` must be what the compiler is given (:func:`dynatune.compiler.compile.build`), or no key
-    matches.
+    matches. ``fused``: the model already lowered so (:func:`fuse`), not lowered again.
     """
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    fused = fuse(model.bound_module(), target, lowering)
+    if fused is None:
+        fused = fuse(model.bound_module(), target, lowering)
     extracted = ms.relax_integration.extract_tasks(fused, target, module_equality="structural")
     placed = set()
     if lowering.places_concats(target):

@@ -99,7 +99,7 @@ def _signature(data, out) -> str:
 def computes_winograd(call, direct=()) -> bool:
     """Whether the lowering computes ``call`` (a ``relax.nn.conv2d``) with Winograd: it is
     :func:`eligible` and its :func:`signature` is not among those kept ``direct``."""
-    return eligible(call) and (not direct or signature(call) not in direct)
+    return eligible(call) and signature(call) not in direct
 
 
 def weight_transform(kernel):

@@ -14,7 +14,7 @@ from helpers import few_trials_session, make_winograd_cnn
 from dynatune.compiler.compile import build, verify
 from dynatune.compiler.runtime import relax_vm
 from dynatune.compiler.winograd_choice import choose_winograd, paired_calls
-from dynatune.model.extract import Lowering, extract_tasks
+from dynatune.model.extract import Lowering, extract_tasks, fuse
 from dynatune.model.importer import load_model
 from dynatune.model.winograd import task_signature
 
@@ -54,7 +54,8 @@ def test_a_convolution_kept_direct_is_its_direct_task_and_the_model_still_matche
 
 def test_winograd_tasks_pair_with_their_direct_twins_by_position(model, cpu_target):
     all_direct = Lowering(winograd=True, winograd_direct=(A, C))
-    pairs = paired_calls(model, cpu_target, ON, all_direct)
+    bound = model.bound_module()
+    pairs = paired_calls(fuse(bound, cpu_target, ON), fuse(bound, cpu_target, all_direct))
     winograd = {t.name: t for t in extract_tasks(model, cpu_target, ON)}
     direct = {t.name: t for t in extract_tasks(model, cpu_target, all_direct)}
     twins = {w: d for w, d in pairs.items() if "winograd" in w}
@@ -117,8 +118,6 @@ def _scheduled_functions(model, target, choice) -> set[str]:
     """The fused functions of the model lowered as ``choice`` says that its database gives a schedule."""
     import tvm
     from tvm.relax.transform import MetaScheduleApplyDatabase
-
-    from dynatune.model.extract import fuse
 
     with target, choice.database, tvm.transform.PassContext(opt_level=3):
         mod = MetaScheduleApplyDatabase(enable_warning=False)(
