@@ -27,7 +27,7 @@ def embedding_run(tmp_path_factory):
     cfg = d / "cfg.yaml"
     cfg.write_text(f"""
 model: {{path: {model}}}
-budget_s: 14
+budget_s: 11
 slot_s: 4
 warmup_share: 1.0
 measure_every_s: 5

@@ -73,9 +73,9 @@ def _shape(param) -> list[int]:
 
 @pytest.mark.slow
 def test_the_compile_keeps_winograd_only_where_it_won(model, cpu_target, tmp_path):
-    """Both Winograd tasks tuned for a few real trials, then timed against their direct twins: the choice
-    follows the times; forced both ways, the compiled model matches ONNX Runtime and a direct
-    convolution's kernel is the measured one."""
+    """Both Winograd tasks tuned for a few real trials, then timed against their direct twins and forced to
+    keep Winograd for one convolution only (the default follows the times: the whole run's test below): the
+    compiled model matches ONNX Runtime and the other convolution's kernel is the measured direct one."""
     import tvm
 
     tasks = extract_tasks(model, cpu_target, ON)
@@ -83,19 +83,15 @@ def test_the_compile_keeps_winograd_only_where_it_won(model, cpu_target, tmp_pat
     try:
         for t in _winograd_tasks(tasks).values():
             session.tune(t.index, trials=4)
-        chosen = choose_winograd(model, session, ON, session.compile_database())
         forced = choose_winograd(
             model, session, ON, session.compile_database(), keep=lambda duels: duels[0].signature == C
         )
     finally:
         session.close()
-    assert {d.signature for d in chosen.duels} == {A, C}
-    for d in chosen.duels:
+    assert {d.signature for d in forced.duels} == {A, C}
+    for d in forced.duels:
         assert math.isfinite(d.winograd_s) and math.isfinite(d.direct_s) and d.weight == 1, d
-    assert chosen.lowering.winograd_direct == tuple(
-        sorted(d.signature for d in chosen.duels if not d.winograd_wins)
-    )
-    assert "Winograd kept for" in chosen.summary()
+    assert "Winograd kept for 1 of 2 convolutions" in forced.summary()
 
     assert forced.lowering.winograd_direct == (A,)
     direct_a = next(t for t in forced.tasks if t.key not in {x.key for x in tasks})
@@ -144,7 +140,7 @@ def test_a_run_with_winograd_reports_its_choice_and_compiles_what_it_chose(tmp_p
     overrides = ["slot_s=2", "warmup_trials=4", "search.trials_per_iter=4", "search.population_size=16"]
     overrides += ["measure.repeat=2", "measure.min_repeat_ms=2", "measure_every_s=0", "anchors=false"]
     overrides += ["compile.winograd=true", "compile.measure_untuned=false", "library.enabled=false"]
-    cfg = load_config(None, overrides, model=path, budget=10, work_dir=str(tmp_path / "work"))
+    cfg = load_config(None, overrides, model=path, budget=6, work_dir=str(tmp_path / "work"))
     summary = run(cfg)
     wd = WorkDir(cfg.work_dir)
     report = json.load(open(os.path.join(wd.report_dir, "winograd.json")))

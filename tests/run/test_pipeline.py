@@ -23,8 +23,8 @@ def first_run(tmp_path_factory):
     cfg = d / "cfg.yaml"
     cfg.write_text(f"""
 model: {{path: {model}, shapes: {{x: [1, 3, 16, 16]}}}}  # ...bound by the config
-budget_s: 10
-slot_s: 4
+budget_s: 6
+slot_s: 3
 work_dir: {d / "work"}
 search: {{trials_per_iter: 4, population_size: 32}}
 measure: {{repeat: 3, min_repeat_ms: 5}}
@@ -78,7 +78,7 @@ def test_flow_tracks_every_round_in_mlflow(first_run):
     run = client.get_run(s["mlflow_run_id"])
     assert run.data.tags["scheduler"] == "dynatune" and run.data.tags["model"] == "tiny"
     assert run.data.tags["purpose"] == "test" and "model_sha256" in run.data.tags
-    assert run.data.params["budget_s"] == "10.0"
+    assert run.data.params["budget_s"] == "6.0"
     hist = client.get_metric_history(run.info.run_id, "estimated_latency_ms")
     steps = sorted(m.step for m in hist)
     assert steps[0] == 0 and len(set(steps)) >= s["rounds"]
