@@ -29,6 +29,7 @@ from dynatune.files import WorkDir
 from dynatune.run.callbacks import RunCallback
 from dynatune.run.summary import RunSummary
 from dynatune.secrets import mask, mask_all
+from tasks.mlflow_store import seed_sqlite_store
 
 ROUND_METRICS = (
     "estimated_latency_ms",
@@ -148,6 +149,7 @@ class Tracker:
         self.log_seconds = 0.0  # time spent talking to MLflow (reported against tuning time)
         self.uri = cfg.tracking.uri
         check_tracking_uri(self.uri)
+        seed_sqlite_store(self.uri)  # a new work dir's store without MLflow's migrations
         exported = os.environ.get("MLFLOW_TRACKING_URI")
         mlflow.set_tracking_uri(self.uri)
         # MLflow exports the URI to the environment: a later run in this process (a flow tuning several
