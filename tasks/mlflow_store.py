@@ -51,11 +51,12 @@ def empty_store_template() -> str:
     """The cache's empty store for this MLflow version, made now if missing: migrated by MLflow, its
     "Default" experiment removed."""
     import mlflow
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     path = cache_root("mlflow", f"empty-store-{mlflow.__version__}.db")
     if os.path.exists(path):
         return path
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as work:
