@@ -31,7 +31,7 @@ from dynatune.search.batch_callbacks import Batch, default_batch_callbacks, shor
 from dynatune.search.costmodel import cost_model_names
 from dynatune.search.database import JsonlWriter, TuningDatabase, mean_secs
 from dynatune.search.index_args import bounds_by_args, index_bounds
-from dynatune.search.measure import MeasureConfig, make_runner
+from dynatune.search.measure import MeasureConfig, make_runner, t95
 from dynatune.search.population import CarriedPopulation
 from dynatune.search.retirement import RetirementPolicy
 from dynatune.search.sampled import sampled_candidates
@@ -446,10 +446,12 @@ class TuningSession:
         return self._populations[i].candidates(batch or s.trials_per_iter)
 
     def warm_up(self) -> None:
-        """Pay the one-off costs now: worker pools, and TVM's tensor-intrinsic registry."""
+        """Pay the one-off costs now: worker pools, TVM's tensor-intrinsic registry, and SciPy's t
+        distribution (the first batch's stopping statistics would import it inside the budget: 0.4 s)."""
         from dynatune.search.intrinsics import import_tensor_intrinsics
 
         import_tensor_intrinsics()  # TuneContext would import it on first use, slowly
+        t95(2)
         self.builder.warm_up()
 
     def tune(
