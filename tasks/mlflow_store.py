@@ -23,13 +23,18 @@ log = logging.getLogger(__name__)
 _SCHEME = "sqlite:///"
 
 
+def sqlite_path(uri: str) -> str | None:
+    """The file a ``sqlite:///`` ``uri`` names, without its query (``None`` for another kind of store)."""
+    if not uri.startswith(_SCHEME):
+        return None
+    return uri[len(_SCHEME) :].partition("?")[0]
+
+
 def seed_sqlite_store(uri: str) -> bool:
     """Put an empty migrated store at the path of a ``sqlite:///`` ``uri`` if nothing is there; whether
     it did."""
-    if not uri.startswith(_SCHEME):
-        return False
-    path = uri[len(_SCHEME) :]
-    if os.path.exists(path):
+    path = sqlite_path(uri)
+    if path is None or path == ":memory:" or os.path.exists(path):
         return False
     try:
         template = empty_store_template()

@@ -29,7 +29,7 @@ from dynatune.files import WorkDir
 from dynatune.run.callbacks import RunCallback
 from dynatune.run.summary import RunSummary
 from dynatune.secrets import mask, mask_all
-from tasks.mlflow_store import seed_sqlite_store
+from tasks.mlflow_store import seed_sqlite_store, sqlite_path
 
 ROUND_METRICS = (
     "estimated_latency_ms",
@@ -56,8 +56,7 @@ def check_tracking_uri(uri: str) -> None:
             "MLflow tracking server",
             "start it, fix tracking.uri / MLFLOW_TRACKING_URI, or unset it to use a local SQLite store",
         )
-    elif uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///") :]
+    elif (path := sqlite_path(uri)) is not None:
         d = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(d, exist_ok=True)
@@ -351,13 +350,12 @@ def _columns(rows: list[dict]) -> dict:
 def check_store_exists(uri: str) -> None:
     """A local store that is read (not written) must exist: MLflow would create an empty one, and its
     directories, where a mistyped path points."""
-    if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///") :].partition("?")[0]
-    elif uri.startswith("file:"):
+    path = sqlite_path(uri)
+    if path is None and uri.startswith("file:"):
         path = urllib.parse.urlsplit(uri).path
-    elif "://" not in uri:
+    elif path is None and "://" not in uri:
         path = uri  # a plain path: MLflow's file store
-    else:
+    elif path is None:
         return
     if path != ":memory:" and not os.path.exists(path):
         raise DynatuneError(

@@ -59,6 +59,9 @@ def test_a_store_that_exists_and_other_stores_are_never_touched(cache, tmp_path)
     before = path.read_bytes()
     assert not seed_sqlite_store(f"sqlite:///{path}")
     assert path.read_bytes() == before
+    assert not seed_sqlite_store(f"sqlite:///{path}?mode=ro")  # the same file, named with a query
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["mlflow.db"]
+    assert not seed_sqlite_store("sqlite:///:memory:")
     assert not seed_sqlite_store("http://localhost:5000")
     assert not seed_sqlite_store(f"postgresql://user@localhost/{tmp_path.name}")
     assert not cache.exists()  # no template made for them
