@@ -39,10 +39,17 @@ class Batch:
     records: list = field(
         default_factory=list
     )  # per candidate: its tuning record as plain JSON (AddToDatabase)
+    # per candidate: the candidate as built (the layout rewrite applied: dynatune.search.layout_rewrite;
+    # None where it was rejected), whose trace is recorded; empty: the candidates were built as they are
+    built: list = field(default_factory=list)
 
     def __post_init__(self):
         self.timings = [list(r.run_secs) if r.run_secs is not None else None for r in self.results]
         self._stops = None
+
+    def as_built(self) -> list:
+        """Per candidate, the candidate as built, or as the search gave it where none was built."""
+        return [b if b is not None else c for c, b in zip(self.candidates, self.built or self.candidates)]
 
     def stop_reasons(self, measure) -> list:
         """Per candidate, why the evaluator stopped measuring it (None if it failed); computed once."""
@@ -91,7 +98,7 @@ class AddToDatabase(BatchCallback):
                 ms.database.TuningRecord(
                     c.sch.trace, workload, secs if secs is not None else [FAILED], session.target, c.args_info
                 )
-                for c, secs in zip(batch.candidates, batch.timings)
+                for c, secs in zip(batch.as_built(), batch.timings)
             ],
         )
 

@@ -31,6 +31,7 @@ from dynatune.search.batch_callbacks import Batch, default_batch_callbacks, shor
 from dynatune.search.costmodel import cost_model_names
 from dynatune.search.database import JsonlWriter, TuningDatabase, mean_secs
 from dynatune.search.index_args import bounds_by_args, index_bounds
+from dynatune.search.layout_rewrite import REJECTED, finish_candidates
 from dynatune.search.measure import MeasureConfig, make_runner, t95
 from dynatune.search.population import CarriedPopulation
 from dynatune.search.retirement import RetirementPolicy
@@ -81,6 +82,9 @@ class SearchConfig(Section):
     unroll_steps: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=lambda: list(UNROLL_STEPS), min_length=1
     )
+    # the weights' layout rewrite runs on the candidates built, not on every schedule the search ranks
+    # (dynatune.search.layout_rewrite)
+    defer_layout_rewrite: bool = False
 
 
 @dataclass
@@ -214,6 +218,7 @@ class TuningSession:
         self.cost_model = cost_model or self._make_cost_model()
         self._contexts: dict[int, object] = {}
         self._spaces: dict[int, list] = {}  # task index -> its design spaces
+        self._deferred: dict[int, list] = {}  # task index -> postprocessors run on its built candidates only
         self._populations: dict[int, CarriedPopulation] = {}  # task index -> its search's carried population
         # task index -> candidates measured at the head of its next batch, before the search's own: a function
         # of the task's TuneContext (its postprocessors) and the batch size, called once (the library's
@@ -253,21 +258,34 @@ class TuningSession:
                 self._relearn = {t.key for t in self.tasks}
         return cm
 
-    def _relearn_records(self, ctx, task: Task) -> None:
+    def _relearn_records(self, ctx, i: int) -> None:
         """Teach a cost model started afresh a task's best recorded candidates (the records are JSON: an
         old work dir's cost model is rebuilt from them)."""
         from tvm.s_tir.meta_schedule.runner import RunnerResult
 
+        task = self.tasks[i]
         self._relearn.discard(task.key)
         records = self.db.memory.get_top_k(self.db.workload(task.key, task.mod), RELEARN_RECORDS)
         pairs = []
         for r in records:
-            try:  # a structurally equal workload may name its blocks otherwise: its trace does not apply
-                pairs.append((r.as_measure_candidate(), RunnerResult(r.run_secs, None)))
-            except Exception:
-                continue
+            if candidate := self._as_searched(ctx, r, self._deferred.get(i)):
+                pairs.append((candidate, RunnerResult(r.run_secs, None)))
         if pairs:
             self.cost_model.update(ctx, [c for c, _ in pairs], [res for _, res in pairs])
+
+    def _as_searched(self, ctx, record, deferred):
+        """A record's candidate as the task's search ranks it: without the postprocessors ``deferred`` to
+        the candidates built, if any (:mod:`dynatune.search.layout_rewrite`); ``None`` where its trace
+        does not apply (a structurally equal workload may name its blocks otherwise)."""
+        from dynatune.search.replay import measure_candidate, replay
+
+        if deferred:
+            sch = replay(ctx.mod, record.trace, ctx.space_generator.postprocs)
+            return measure_candidate(sch) if sch is not None else None
+        try:
+            return record.as_measure_candidate()
+        except Exception:
+            return None
 
     # -- warm start ------------------------------------------------------------------------------
     def import_records(self, other: TuningDatabase, keys) -> int:
@@ -349,12 +367,15 @@ class TuningSession:
 
         from dynatune.search.intrinsics import import_tensor_intrinsics
         from dynatune.search.schedule_rules import quiet_missing_rules
-        from dynatune.search.space import post_order_apply
+        from dynatune.search.space import search_space
 
         import_tensor_intrinsics()  # before TuneContext imports it, slowly
         t = self.tasks[i]
         quiet_missing_rules(t.mod, self.target)  # e.g. a max pool's: no "Unknown schedule rule" on stderr
         s = self.search
+        generator, self._deferred[i] = search_space(
+            t.mod, self.target, s.unroll_steps, s.defer_layout_rewrite
+        )
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=s.population_size,
             init_measured_ratio=s.init_measured_ratio,
@@ -366,7 +387,7 @@ class TuningSession:
         ctx = ms.TuneContext(
             mod=t.mod,
             target=self.target,
-            space_generator=post_order_apply(t.mod, self.target, s.unroll_steps),
+            space_generator=generator,
             search_strategy=strategy,
             task_name=t.name,
             rand_state=self._task_seed(i),
@@ -382,7 +403,7 @@ class TuningSession:
             cost_model=self.cost_model,
         )
         if t.key in self._relearn:
-            self._relearn_records(ctx, t)
+            self._relearn_records(ctx, i)
         self._contexts[i] = ctx
         if s.analytic_first and self.state(i).trials == 0:
             self._queue_analytic(i, spaces)
@@ -500,15 +521,18 @@ class TuningSession:
             if not cands:
                 res.note, res.exhausted = self.retirement.search_exhausted(st), True
                 break
+            t0 = time.perf_counter()
+            built = finish_candidates(cands, self._deferred.get(i, ()))
+            res.search_s += time.perf_counter() - t0
             incumbent = self.best_latency(i)
             results, build_s, measure_s = self._build_and_run(
-                cands, incumbent_s=incumbent, tasks=[t] * len(cands)
+                built, incumbent_s=incumbent, tasks=[t] * len(cands)
             )
             res.build_s += build_s
             res.measure_s += measure_s
             t0 = time.perf_counter()
             ctx.notify_runner_results(cands, results)
-            measured = Batch(t, st, ctx, cands, results, incumbent, res)
+            measured = Batch(t, st, ctx, cands, results, incumbent, res, built=built)
             for callback in self.batch_callbacks:
                 callback.apply(self, measured)
             res.search_s += time.perf_counter() - t0
@@ -525,24 +549,32 @@ class TuningSession:
         return res
 
     def _build_and_run(self, cands, incumbent_s: float | None = None, tasks: list[Task] | None = None):
-        """Build (in parallel) and measure candidates; one RunnerResult per candidate, in order.
+        """Build (in parallel) and measure candidates; one RunnerResult per candidate, in order. A ``None``
+        candidate (one the layout rewrite rejected) fails as a build.
 
         ``tasks`` (the task of each candidate) lets the runner fill index arguments with valid indices.
         """
-        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
         from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
 
         from dynatune.search.builder import remove_artifacts
 
         t0 = time.perf_counter()
-        built = self.builder.build([BuilderInput(c.sch.mod, self.target) for c in cands])
+        ready = [k for k, c in enumerate(cands) if c is not None]
+        built = [BuilderResult(None, REJECTED)] * len(cands)
+        for k, b in zip(
+            ready, self.builder.build([BuilderInput(cands[k].sch.mod, self.target) for k in ready])
+        ):
+            built[k] = b
         build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         dev = target_device(self.target)
         idx = [k for k, b in enumerate(built) if b.error_msg is None]
         self.runner.set_incumbent(incumbent_s)
         self.runner.set_index_bounds(
-            bounds_by_args((c.args_info, self.index_bounds(t)) for c, t in zip(cands, tasks or []))
+            bounds_by_args(
+                (c.args_info, self.index_bounds(t)) for c, t in zip(cands, tasks or []) if c is not None
+            )
         )
         futures = self.runner.run([RunnerInput(built[k].artifact_path, dev, cands[k].args_info) for k in idx])
         results = [RunnerResult(None, b.error_msg) for b in built]

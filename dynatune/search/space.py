@@ -21,7 +21,16 @@ UNROLL_STEPS = (0, 16, 64)
 def post_order_apply(mod, target, unroll_steps=UNROLL_STEPS):
     """The space generator MetaSchedule's ``"post-order-apply"`` would give ``mod`` on ``target``; if
     ``mod`` tiles a block, its loops unrolled by one of ``unroll_steps``."""
+    return search_space(mod, target, unroll_steps)[0]
+
+
+def search_space(mod, target, unroll_steps=UNROLL_STEPS, defer_layout_rewrite: bool = False):
+    """(:func:`post_order_apply`'s space generator, the postprocessors deferred to the candidates built).
+    With ``defer_layout_rewrite``, the generator's postprocessors leave out the layout rewrite, which the
+    second item holds (:mod:`dynatune.search.layout_rewrite`); else nothing is deferred."""
     from tvm.s_tir import meta_schedule as ms
+
+    from dynatune.search.layout_rewrite import split_postprocs
 
     defaults = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", num_threads=1)
     rules = defaults.space_generator.sch_rules
@@ -29,9 +38,14 @@ def post_order_apply(mod, target, unroll_steps=UNROLL_STEPS):
         rules = [with_unroll_steps(rule, unroll_steps) for rule in rules]
     else:
         rules = [rule.clone() for rule in rules]
-    return ms.space_generator.PostOrderApply(
-        sch_rules=rules, postprocs="from-target", mutator_probs="from-target"
+    postprocs, deferred = "from-target", []
+    if defer_layout_rewrite:
+        postprocs, deferred = split_postprocs(defaults.space_generator.postprocs)
+        postprocs = [p.clone() for p in postprocs]
+    generator = ms.space_generator.PostOrderApply(
+        sch_rules=rules, postprocs=postprocs, mutator_probs="from-target"
     )
+    return generator, deferred
 
 
 def with_unroll_steps(rule, unroll_steps):

@@ -255,16 +255,18 @@ def test_the_first_batch_measures_the_analytic_candidates_first(analytic_first, 
 
 def test_benchmarks_time_the_analytic_candidates_the_session_measures(cpu_target, tmp_path):
     """``task_analytic_candidates`` (what bench/kernels.py and bench/first_batch.py time and count) gives the
-    head of the session's first batch, candidate for candidate."""
+    head of the session's first batch, candidate for candidate, as the session builds them (the layout
+    rewrite applied)."""
     from tvm_ffi import structural_hash
 
+    from dynatune.search.layout_rewrite import finish_candidates
     from dynatune.search.session import ANALYTIC_HEAD, TuningSession
 
     task = heaviest_task(conv_onnx(tmp_path / "m.onnx"), cpu_target)
     session = TuningSession([task], cpu_target, str(tmp_path / "work"))
     try:
         ctx = session._context(0)
-        head = session.first_candidates[0](ctx, 8)
+        head = finish_candidates(session.first_candidates[0](ctx, 8), session._deferred[0])
     finally:
         session.close()
     bench = candidates_for(task, cpu_target, limit=ANALYTIC_HEAD)
