@@ -95,3 +95,64 @@ def table(results: dict, base: str) -> str:
                     f"| {r['repeats_per_candidate']:.2f} | {r['estimated_latency_ms']:.3f} | {est} | {cov} |"
                 )
     return "\n".join(lines)
+
+
+def task_figures(work: str) -> dict[str, dict]:
+    """Per task of a run: candidates, ms per candidate of search, build and measure (its ``rounds.jsonl``),
+    and the mean seconds of its measured candidates in the order they ran (``db/records.jsonl``)."""
+    sums: dict[str, list[float]] = {}
+    for line in open(os.path.join(work, "rounds.jsonl")):
+        r = json.loads(line)["result"]
+        s = sums.setdefault(r["task_name"], [0, 0.0, 0.0, 0.0])
+        s[0] += r["trials"]
+        for k, phase in enumerate(PHASES, start=1):
+            s[k] += r[phase]
+    names = {t["key"]: t["name"] for t in json.load(open(os.path.join(work, "tasks.json")))}
+    timed: dict[str, list[float]] = {}
+    for line in open(os.path.join(work, "db", "records.jsonl")):
+        r = json.loads(line)
+        secs = r["record"][1]
+        timed.setdefault(names.get(r["key"], r["key"]), []).append(sum(secs) / len(secs))
+    return {
+        name: {
+            "candidates": n,
+            **{p: 1e3 * s / max(n, 1) for p, s in zip(PHASES, rest)},
+            "timed": timed.get(name, []),
+        }
+        for name, (n, *rest) in sums.items()
+    }
+
+
+def task_table(work_root: str, budgets, models, variants, base: str, least: int = 64) -> str:
+    """Per task, ms per candidate of search and build in each variant over ``base``'s, and its best kernel
+    after as many candidates as both runs measured, for the tasks both runs gave at least ``least``
+    candidates (the scheduler spends a run's slots on tasks of its choosing, so a run's mean mixes tasks
+    differently from another's; a task's own cost and progress compare like with like)."""
+    lines = [
+        f"| budget s | model | task | variant | candidates ({base}) | search ms / cand ({base}) | vs {base} "
+        f"| build ms / cand ({base}) | vs {base} | best after the same candidates, vs {base} |",
+        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for budget in budgets:
+        for model in models:
+            name = os.path.splitext(os.path.basename(model))[0]
+            runs = {
+                label: task_figures(os.path.join(work_root, f"{label}-{name}-{int(budget)}"))
+                for label, _, _ in variants
+            }
+            ref = runs[base]
+            for label, tasks in runs.items():
+                if label == base:
+                    continue
+                for task, f in sorted(tasks.items(), key=lambda kv: -ref.get(kv[0], {}).get("candidates", 0)):
+                    r = ref.get(task)
+                    if r is None or min(r["candidates"], f["candidates"]) < least:
+                        continue
+                    n = min(len(r["timed"]), len(f["timed"]))
+                    lines.append(
+                        f"| {budget:.0f} | {name} | {task} | {label} | {f['candidates']} ({r['candidates']}) "
+                        f"| {f['search_s']:.1f} ({r['search_s']:.1f}) | {f['search_s'] / r['search_s']:.2f}x "
+                        f"| {f['build_s']:.1f} ({r['build_s']:.1f}) | {f['build_s'] / r['build_s']:.2f}x "
+                        f"| {min(f['timed'][:n]) / min(r['timed'][:n]):.3f} |"
+                    )
+    return "\n".join(lines)

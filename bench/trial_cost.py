@@ -28,7 +28,7 @@ from dynatune.search.session import SearchConfig, TuningSession  # noqa: E402
 
 
 def pipeline_main(argv) -> None:
-    from pipeline_cost import compare, parse_variant, table
+    from pipeline_cost import compare, parse_variant, table, task_table
 
     ap = argparse.ArgumentParser(prog="trial_cost.py pipeline")
     ap.add_argument("--model", action="append", default=[])
@@ -38,12 +38,15 @@ def pipeline_main(argv) -> None:
     ap.add_argument("--work", default="/tmp/dynatune-trial-cost")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "pipeline_cost.json"))
     ap.add_argument("--table", action="store_true", help="print the results file as a table and exit")
+    ap.add_argument("--by-task", metavar="BASE", help="also each task's cost per candidate against BASE's")
     args = ap.parse_args(argv)
     variants = [parse_variant(v) for v in args.variant]
     if not args.table:
         config = os.path.abspath(args.config) if args.config else None
         compare(args.model, args.budget or [240.0], variants, config, args.work, args.out)
     print(table(json.load(open(args.out)), variants[0][0] if variants else "today"))
+    if args.by_task:
+        print(task_table(args.work, args.budget or [240.0], args.model, variants, args.by_task))
 
 
 def main() -> None:

@@ -83,8 +83,9 @@ class SearchConfig(Section):
         default_factory=lambda: list(UNROLL_STEPS), min_length=1
     )
     # the weights' layout rewrite runs on the candidates built, not on every schedule the search ranks
-    # (dynatune.search.layout_rewrite)
-    defer_layout_rewrite: bool = False
+    # (dynatune.search.layout_rewrite): a task's search 0.57-0.88x the ms per candidate, its kernels as good
+    # after as many candidates (BENCHMARKS.md, session 29)
+    defer_layout_rewrite: bool = True
 
 
 @dataclass
