@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from helpers import ROOT, light_model, make_tiny_onnx
 
 
@@ -15,6 +16,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.slow  # 5-7 s: the fast tier stays under 3 minutes on a Zen 4 core
 def test_tasks_json_and_table(tmp_path):
     model = make_tiny_onnx(str(tmp_path / "tiny.onnx"))
     p = _cli("tasks", model, "--shape", "x=1x3x16x16", "--json")

@@ -38,6 +38,7 @@ def test_alternate_swaps_the_order_every_round():
     assert order == ["a", "b", "a", "b", "b", "a", "a", "b"]  # one warm-up each, then a-b, b-a, a-b
 
 
+@pytest.mark.slow  # 5-7 s: the fast tier stays under 3 minutes on a Zen 4 core
 def test_side_by_side_with_onnxruntime(tiny, cpu_target):
     import tvm
 
@@ -79,6 +80,7 @@ def test_fresh_process_timing_and_a_bad_artifact_is_a_one_line_error(tiny, cpu_t
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # 5-7 s: the fast tier stays under 3 minutes on a Zen 4 core
 def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_path):
     model, tasks, _ = tiny
     path = export(build(model, cpu_target, None), str(tmp_path / "model.so"))

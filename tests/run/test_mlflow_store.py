@@ -32,6 +32,7 @@ def _lines(sql) -> tuple:
     return tuple(sorted(line.strip().rstrip(",").strip() for line in (sql or "").splitlines()))
 
 
+@pytest.mark.slow  # 5-7 s: the fast tier stays under 3 minutes on a Zen 4 core
 def test_a_seeded_store_is_the_store_mlflow_creates(cache, tmp_path):
     from mlflow import MlflowClient
 
