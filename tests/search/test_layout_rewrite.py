@@ -88,14 +88,20 @@ def test_a_finished_candidate_is_the_schedule_metaschedule_would_have_built(conv
 
 
 @pytest.mark.slow
-def test_a_candidate_the_rewrite_rejects_fails_alone(conv_task, cpu_target, tmp_path):
+def test_a_rejected_candidate_fails_alone_and_records_relearn_as_the_search_ranks_them(
+    conv_task, cpu_target, tmp_path
+):
     """A schedule the deferred rewrite rejects is recorded as a failed build; the rest of its batch is built,
-    measured and recorded with the rewrite in its trace."""
+    measured and recorded with the rewrite in its trace (the compile applies it). What a cost model started
+    afresh (a work dir resumed without its cost model) learns from such a record is the candidate before its
+    rewrite, as the search ranks its own, and finishing it gives the recorded schedule back. (One session:
+    each real tuning session costs the suite seconds.)"""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.postproc import PyPostproc
+    from tvm_ffi import structural_hash
 
     from dynatune.search.database import FAILED
-    from dynatune.search.layout_rewrite import REJECTED
+    from dynatune.search.layout_rewrite import REJECTED, finish_candidates
 
     session = deferring_session(conv_task, cpu_target, str(tmp_path / "work"))
     calls = []
@@ -110,34 +116,16 @@ def test_a_candidate_the_rewrite_rejects_fails_alone(conv_task, cpu_target, tmp_
             return len(calls) != 2
 
     try:
-        session._context(0)
-        session._deferred[0] = session._deferred[0] + [RejectSecond()]
+        ctx = session._context(0)
+        deferred = session._deferred[0]
+        session._deferred[0] = deferred + [RejectSecond()]
         res = session.tune(0, trials=4, batch=4)
         records = session.db.memory.get_top_k(session.db.workload(conv_task.key, conv_task.mod), 100)
-    finally:
-        session.close()
-    assert res.trials == 4 and res.build_errors == 1 and res.run_errors == 0
-    assert any(REJECTED in e for e in res.errors)
-    measured = [r for r in records if float(r.run_secs[0]) < FAILED]
-    assert len(measured) == 3 and all(PREPROC in str(r.trace) for r in measured)
-
-
-@pytest.mark.slow
-def test_a_fresh_cost_model_relearns_records_as_the_search_ranks_them(conv_task, cpu_target, tmp_path):
-    """What a cost model started afresh (a work dir resumed without its cost model) learns from a record is
-    the candidate before its rewrite, as the search ranks its own; the record keeps the rewrite the
-    compile applies, and finishing the relearned candidate gives the recorded schedule back."""
-    from tvm_ffi import structural_hash
-
-    from dynatune.search.layout_rewrite import finish_candidates
-
-    session = deferring_session(conv_task, cpu_target, str(tmp_path / "work"))
-    try:
-        session.tune(0, trials=4, batch=4)
-        ctx, deferred = session._context(0), session._deferred[0]
-        records = session.db.memory.get_top_k(session.db.workload(conv_task.key, conv_task.mod), 4)
-        assert records and all(PREPROC in str(r.trace) for r in records)
-        for r in records:
+        assert res.trials == 4 and res.build_errors == 1 and res.run_errors == 0
+        assert any(REJECTED in e for e in res.errors)
+        measured = [r for r in records if float(r.run_secs[0]) < FAILED]
+        assert len(measured) == 3 and all(PREPROC in str(r.trace) for r in measured)
+        for r in measured:
             searched = session._as_searched(ctx, r, deferred)
             assert PREPROC not in str(searched.sch.trace)
             again = finish_candidates([searched], deferred)[0]
