@@ -17,15 +17,16 @@ MetaSchedule's search would have given.
 
 from __future__ import annotations
 
-REWRITE_LAYOUT = "RewriteLayout"
 REJECTED = "build: the layout rewrite rejected the schedule"
 
 
 def split_postprocs(postprocs) -> tuple[list, list]:
     """(the search's postprocessors, the ones deferred to the candidates built): ``RewriteLayout`` when
     it is the last of ``postprocs``, else nothing deferred."""
+    from tvm.s_tir.meta_schedule.postproc import RewriteLayout
+
     postprocs = list(postprocs)
-    if postprocs and type(postprocs[-1]).__name__ == REWRITE_LAYOUT:
+    if postprocs and isinstance(postprocs[-1], RewriteLayout):
         return postprocs[:-1], postprocs[-1:]
     return postprocs, []
 
