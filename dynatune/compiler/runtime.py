@@ -33,15 +33,13 @@ def _flatten(out):
     return [out]
 
 
-def time_vm(vm, model, inputs, device, repeat: int = 10, min_repeat_ms: int = 200) -> tuple[float, float]:
-    """(mean, std) end-to-end latency in ms."""
-    import tvm
+def time_vm(vm, model, inputs, device, repeat: int = 10, block_ms: float = 200.0) -> tuple[float, float]:
+    """(mean, std) end-to-end latency in ms over ``repeat`` blocks of runs, each at least ``block_ms`` long
+    (:func:`dynatune.compiler.timing.vm_block_timer`: the loop count sized once, not in every block)."""
+    from dynatune.compiler.timing import vm_block_timer
 
-    args = [tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs]
-    vm.set_input("main", *args)
-    f = vm.time_evaluator("invoke_stateful", device, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    res = f("main")
-    vals = np.array(res.results) * 1e3
+    block = vm_block_timer(vm, {i.name: inputs[i.name] for i in model.inputs}, device, block_ms)
+    vals = np.array([block() for _ in range(repeat)])
     return float(vals.mean()), float(vals.std())
 
 

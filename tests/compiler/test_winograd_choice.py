@@ -141,6 +141,7 @@ def test_a_run_with_winograd_reports_its_choice_and_compiles_what_it_chose(tmp_p
     overrides = ["slot_s=2", "warmup_trials=4", "search.trials_per_iter=4", "search.population_size=16"]
     overrides += ["measure.repeat=2", "measure.min_repeat_ms=2", "measure_every_s=0", "anchors=false"]
     overrides += ["compile.winograd=true", "compile.measure_untuned=false", "library.enabled=false"]
+    overrides += ["compile.measure_onnxruntime=false"]  # the side-by-side timing is test_vs_onnxruntime's
     cfg = load_config(None, overrides, model=path, budget=6, work_dir=str(tmp_path / "work"))
     summary = run(cfg)
     wd = WorkDir(cfg.work_dir)
