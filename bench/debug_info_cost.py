@@ -54,8 +54,6 @@ def main(argv=None) -> int:
     ap.add_argument("--per-task", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    import tvm
-
     from dynatune.machine.target import make_target
     from dynatune.search.builder import batch_module, compile_scheduled
     from dynatune.search.database import TuningDatabase
@@ -97,7 +95,6 @@ def main(argv=None) -> int:
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
-    del tvm
     return 0
 
 
