@@ -492,9 +492,9 @@ def main(argv=None) -> int:
 def entry() -> int:
     """The ``dynatune`` command: :func:`main`, in a process that then exits without the interpreter's last
     garbage collection. Once TVM, Prefect and MLflow are imported, that collection walks 450-700
-    thousand objects and took 2.4-3.4 s of every run's exit, with nothing left to free that the operating
-    system would not (``gc.freeze``: atexit hooks still run, files are still closed; BENCHMARKS.md,
-    session 30)."""
+    thousand objects: 2.0-3.4 s of each ``dynatune tune``'s exit, with nothing left to free that the
+    operating system would not (``gc.freeze``; atexit hooks still run, files are still closed;
+    BENCHMARKS.md, session 30)."""
     code = main()
     gc.freeze()
     return code
