@@ -220,11 +220,16 @@ class TuningDatabase:
     def keys(self) -> list[str]:
         return list(self._workloads)
 
-    def import_records(self, other: "TuningDatabase", keys: set[str] | None = None) -> int:
-        """Copy records of ``other`` (optionally only for ``keys``) into this database (warm start)."""
+    def import_records(self, other: "TuningDatabase", keys: set[str] | None = None, mods=None) -> int:
+        """Copy records of ``other`` (optionally only for ``keys``) into this database (warm start).
+
+        ``mods``: key -> this run's own module of the task, its workload here (else ``other``'s). A record
+        is copied only if its trace replays on that workload: a task of another model version can share a
+        key while its blocks are named after that model's variables, and MetaSchedule's search and compile
+        stop on a record whose trace names blocks the task lacks."""
         from tvm.s_tir import meta_schedule as ms
 
-        n = 0
+        n, mods = 0, mods or {}
         for line in read_jsonl(other.records_path, check_record_line):
             key = line["key"]
             if keys is not None and key not in keys:
@@ -232,8 +237,12 @@ class TuningDatabase:
             src = other._workloads.get(key)
             if src is None:
                 continue
-            wl = self.workload(key, src.mod)
-            self.commit(key, ms.database.TuningRecord.from_json(line["record"], wl))
+            wl = self.workload(key, mods.get(key, src.mod))
+            try:
+                record = ms.database.TuningRecord.from_json(line["record"], wl)  # replays the trace on wl
+            except Exception:
+                continue
+            self.commit(key, record)
             n += 1
         return n
 

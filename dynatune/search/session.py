@@ -291,7 +291,7 @@ class TuningSession:
     # -- warm start ------------------------------------------------------------------------------
     def import_records(self, other: TuningDatabase, keys) -> int:
         """Copy another run's records of tasks ``keys`` into this session's database; returns how many."""
-        return self.db.import_records(other, keys)
+        return self.db.import_records(other, keys, mods={t.key: t.mod for t in self.tasks})
 
     def adopt_progress(self, key: str, earlier: dict) -> None:
         """Carry over an earlier run's progress on task ``key`` (its ``session.json`` entry): history,

@@ -143,9 +143,16 @@ def test_second_pass_does_not_retune_and_alias_follows_newest(registry):
     assert tuned_version(uri, NAME)["version"] == v2
 
 
+def _block_names(mod) -> set[str]:
+    import re
+
+    return set(re.findall(r'T\.s?block\("([^"]+)"', mod.script()))
+
+
 def test_warm_start_across_versions(registry, cpu_target, tmp_path):
     """Version 2 (one extra conv) warm-started from version 1's work dir: matched tasks start at their old
-    best latency, only the new task has no records."""
+    best latency, only the new task has no records; a matched task whose blocks version 2 names otherwise
+    (the pooling's, after the model's variables) keeps its history but not records that would not replay."""
     from dynatune.model.extract import extract_tasks
     from dynatune.model.importer import load_model
     from dynatune.run.warmstart import warm_start
@@ -175,11 +182,18 @@ def test_warm_start_across_versions(registry, cpu_target, tmp_path):
         matched = [t for t in new_tasks if t.key in old_best]
         new = [t for t in new_tasks if t.key not in old_best]
         assert len(matched) == len(old_tasks) and len(new) == 1  # the extra 1x1 conv is the only new task
-        assert rep["matched_tasks"] == len(matched) and rep["records"] == old_db.num_records()
+        old_blocks = {t.key: _block_names(t.mod) for t in old_tasks}
+        renamed = {t.key for t in matched if _block_names(t.mod) != old_blocks[t.key]}
+        assert [t.name for t in matched if t.key in renamed] == ["mean1"]
+        kept = sum(old_db.num_records(t.key) for t in matched if t.key not in renamed)
+        assert rep["matched_tasks"] == len(matched) and rep["records"] == kept
         for t in matched:
+            assert s.state(t.index).history == old_state[t.key]["history"]
+            if t.key in renamed:
+                assert s.db.num_records(t.key) == 0
+                continue
             assert s.best_latency(t.index) == pytest.approx(old_best[t.key], rel=1e-12), t.name
             assert s.db.num_records(t.key) == old_db.num_records(t.key)
-            assert s.state(t.index).history == old_state[t.key]["history"]
         for t in new:
             assert s.db.num_records(t.key) == 0 and not s.state(t.index).history
             assert s.state(t.index).default_s is None  # still to be measured, then tuned
