@@ -2,8 +2,9 @@
 
     python bench/build_shares.py ../shared/models/squeezenet1_1.onnx --tasks 4 --rounds 3
 
-For each of the heaviest tasks, one search batch (``--batch`` candidates, the task's first: what the
-coverage pass builds) is built every way, the ways interleaved and their order rotated from round to
+For each of the heaviest tasks, one search batch (``--batch`` candidates, the task's second: the search's
+candidates as the session builds them, layout rewrite and all, after the task's first batch) is built
+every way, the ways interleaved and their order rotated from round to
 round. Reported per way: the build's wall seconds per candidate (median over the rounds of the sum over
 the tasks) and its ratio to building alone, with the spread of the per-round ratios.
 """
@@ -44,10 +45,20 @@ def main() -> None:
     session = TuningSession(
         tasks, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=args.batch)
     )
-    batches = [
-        [BuilderInput(c.sch.mod, target) for c in session._context(i).generate_measure_candidates()]
-        for i in heavy
-    ]
+    built_by_session = []
+    build_and_run = session._build_and_run
+
+    def capture(cands, *a, **k):
+        built_by_session.append([c for c in cands if c is not None])
+        return build_and_run(cands, *a, **k)
+
+    session._build_and_run = capture
+    session.warm_up()
+    batches = []
+    for i in heavy:
+        session.tune(i, trials=args.batch)  # the task's first batch (analytic head, samples)
+        session.tune(i, trials=args.batch)  # the search's
+        batches.append([BuilderInput(c.sch.mod, target) for c in built_by_session[-1]])
     n = sum(len(b) for b in batches)
     builders = {
         way: PersistentBuilder(usable_cores(), batched=s is not None, shares_per_worker=s or 1)

@@ -1,7 +1,8 @@
-"""How many XGBoost trainings a run paid, and for what: trained at every update that grew the data by a fifth
-(MetaSchedule's ``XGBModel``), or only when a prediction needs it (:mod:`dynatune.search.xgb_model`).
+"""How many cost-model trainings a run paid, and for what: trained at every update that grew the data by a
+fifth (MetaSchedule's ``XGBModel``; dynatune's ensemble before session 31), or only when a prediction needs
+it (:mod:`dynatune.search.xgb_model`, :mod:`dynatune.search.surrogate`).
 
-    python bench/cost_model_trainings.py --work-dir RUN [--work-dir RUN2 ...]
+    python bench/cost_model_trainings.py --work-dir RUN [--work-dir RUN2 ...] [--cost-model ensemble]
 
 A run's batches are replayed in the order it measured them (``db/measurements.jsonl`` gives each batch's
 task and size, ``db/records.jsonl`` its records): each batch's candidates are rebuilt from their traces and
@@ -66,11 +67,11 @@ def measured_batches(work_dir: str) -> list:
     return out
 
 
-def trainings(measured: list, lazy: bool) -> dict:
+def trainings(measured: list, lazy: bool, kind: str = "xgb") -> dict:
     """The cost model's trainings and their seconds over ``measured``, eagerly or lazily."""
     from dynatune.search.costmodel import make_cost_model
 
-    model = make_cost_model("xgb")
+    model = make_cost_model(kind)
     inst = getattr(model, "_inst", model)
     seen, count, train_s = set(), 0, 0.0
 
@@ -96,6 +97,7 @@ def trainings(measured: list, lazy: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work-dir", action="append", required=True)
+    ap.add_argument("--cost-model", default="xgb", choices=["xgb", "ensemble"])
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     from dynatune.search.intrinsics import import_tensor_intrinsics
@@ -106,8 +108,9 @@ def main() -> None:
         measured = measured_batches(run)
         row = {
             "work_dir": run,
-            "eager": trainings(measured, lazy=False),
-            "lazy": trainings(measured, lazy=True),
+            "cost_model": args.cost_model,
+            "eager": trainings(measured, lazy=False, kind=args.cost_model),
+            "lazy": trainings(measured, lazy=True, kind=args.cost_model),
         }
         print(json.dumps(row))
         out.append(row)

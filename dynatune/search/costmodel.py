@@ -6,7 +6,7 @@
   when a prediction needs it, not after every batch that grew its data by a fifth.
 - Both learned models extract a candidate's features once (:mod:`dynatune.search.features`).
 - ``random``: random predictions (for ablations).
-- ``ensemble``: AdaTune's uncertainty-aware model (:mod:`dynatune.search.surrogate`).
+- ``ensemble``: AdaTune's uncertainty-aware model (:mod:`dynatune.search.surrogate`), trained lazily too.
 """
 
 from __future__ import annotations

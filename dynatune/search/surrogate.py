@@ -25,6 +25,11 @@ Method
   ``ε = mean σ / best`` rule: ``κ = clip(mean σ over the latest training batch / max(best μ in that
   batch, tiny), *kappa_bounds)`` -- an uncertain model explores more, a confident one exploits. Without
   contextual exploration the search ranks by ``μ`` alone (the value of ``κ`` is still computed and logged).
+- **Trained when a prediction needs it** (issue #29 item 3, as :mod:`dynatune.search.xgb_model`): an update
+  that grows the data by a fifth marks the ensemble stale, and the next prediction trains it on all its
+  data, then sets ``κ`` from the latest batch. A session's coverage pass measures every task's first batch
+  without asking the model anything (:mod:`dynatune.search.sampled`): the trainings it asked for there
+  were all thrown away but the last. An update that asks for no training sets ``κ`` at once, as before.
 
 The numerical core, :class:`_Ensemble`, works on plain numpy arrays (list of per-candidate feature
 matrices, score vector) and needs only numpy and xgboost; :class:`EnsembleModel` wraps it as a
@@ -267,7 +272,8 @@ def _make_model_class():
         contextual_exploration: rank by ``μ + κ·σ`` with κ from AdaTune's rule (else by ``μ``).
         kappa_bounds: the clip range of κ.
         num_warmup_samples: predict at random until this many samples were seen (as XGBModel).
-        adaptive_training: retrain only once the data grew by 20 % since the last training.
+        adaptive_training: retrain only once the data grew by 20 % since the last training (the training
+        itself waits for the next prediction: :meth:`train_if_stale`).
         num_boost_round, max_depth, eta, nthread: each member's XGBoost settings (no early stopping).
         prior_scale: weight of each member's random linear prior (0: a plain bootstrap ensemble).
         extractor: MetaSchedule feature extractor (default: per-store features, as XGBModel).
@@ -313,6 +319,8 @@ def _make_model_class():
             self.data: OrderedDict[str, _FeatureGroup] = OrderedDict()
             self.data_size = 0
             self.last_train_size = 0
+            self.stale = False  # an update asked for a training that no prediction has needed yet
+            self._kappa_batch: list[np.ndarray] | None = None  # the latest batch, for κ after that training
             self.exploration = 0.0
             self.exploration_log: list[tuple[int, float]] = []
             self._rng = np.random.default_rng(self.seed)
@@ -334,6 +342,7 @@ def _make_model_class():
         def predict(self, context, candidates) -> np.ndarray:
             if len(candidates) == 0:
                 return np.zeros((0,), dtype="float64")
+            self.train_if_stale()
             if not self._ready():
                 return self._rng.uniform(0.0, 1.0, size=(len(candidates),)).astype("float64")
             mean, std = self.ensemble.predict_mean_std(self._features(context, candidates))
@@ -346,6 +355,7 @@ def _make_model_class():
             n = len(candidates)
             if n == 0:
                 return np.zeros((0,)), np.zeros((0,))
+            self.train_if_stale()
             if not self._ready():
                 return self._rng.uniform(0.0, 1.0, size=(n,)), np.zeros((n,))
             mean, std = self.ensemble.predict_mean_std(self._features(context, candidates))
@@ -358,6 +368,7 @@ def _make_model_class():
                 "groups": hashes,
                 "data_size": self.data_size,
                 "last_train_size": self.last_train_size,
+                "stale": self.stale,
                 "exploration": self.exploration,
                 "exploration_log": [list(x) for x in self.exploration_log],
                 "ensemble": ensemble,
@@ -368,7 +379,8 @@ def _make_model_class():
 
         def load(self, path: str) -> None:
             """Raises :class:`~dynatune.search.model_file.RefusedModelFile` for a file in another format (a
-            pickle is never unpickled)."""
+            pickle is never unpickled). A model saved stale trains on its first prediction; its ``κ`` stays
+            the saved one until the next update (the batch it was to be set from is not saved)."""
             state, arrays = load_model_file(path, _KIND)
             groups = unpack_groups(state["groups"], arrays)
             data = OrderedDict((h, _FeatureGroup(h, feats, costs)) for h, feats, costs in groups)
@@ -378,6 +390,8 @@ def _make_model_class():
             self.data = data
             self.data_size = int(state["data_size"])
             self.last_train_size = int(state["last_train_size"])
+            self.stale = bool(state.get("stale", False))
+            self._kappa_batch = None
             self.exploration = float(state["exploration"])
             self.exploration_log = [(int(n), float(k)) for n, k in state["exploration_log"]]
             self.ensemble = ensemble
@@ -391,7 +405,8 @@ def _make_model_class():
             return [x.numpy().astype("float32") for x in self.extractor.extract_from(context, candidates)]
 
         def _add(self, group_hash: str, feats: list[np.ndarray], costs: np.ndarray) -> None:
-            """Add one measured batch of a workload, retrain if due, and recompute κ on that batch."""
+            """Add one measured batch of a workload; mark the ensemble stale if a training is due, else
+            recompute κ on that batch (a stale ensemble sets κ from the latest batch once trained)."""
             group = self.data.get(group_hash)
             if group is None:
                 self.data[group_hash] = group = _FeatureGroup(group_hash, feats, costs)
@@ -400,17 +415,33 @@ def _make_model_class():
             self.data_size += len(feats)
             if not (
                 self.adaptive_training
-                and self.ensemble.trained
+                and (self.ensemble.trained or self.stale)
                 and self.data_size - self.last_train_size < self.last_train_size / 5
             ):
                 self.last_train_size = self.data_size
-                xs = [f for g in self.data.values() for f in g.features]
-                ys = np.concatenate([g.scores() for g in self.data.values()])
-                self.ensemble.fit(xs, ys)
-            if self.ensemble.trained:
-                mean, std = self.ensemble.predict_mean_std(feats)
-                self.exploration = acquisition_kappa(std, mean, self.kappa_bounds)
-                self.exploration_log.append((self.data_size, self.exploration))
+                self.stale = True
+            if self.stale:
+                self._kappa_batch = feats
+            elif self.ensemble.trained:
+                self._set_kappa(feats)
+
+        def train_if_stale(self) -> None:
+            """The training the updates asked for, on all the data, then κ on the latest batch."""
+            if not self.stale:
+                return
+            self.stale = False
+            self.last_train_size = self.data_size
+            xs = [f for g in self.data.values() for f in g.features]
+            ys = np.concatenate([g.scores() for g in self.data.values()])
+            self.ensemble.fit(xs, ys)
+            batch, self._kappa_batch = self._kappa_batch, None
+            if batch is not None and self.ensemble.trained:
+                self._set_kappa(batch)
+
+        def _set_kappa(self, feats: list[np.ndarray]) -> None:
+            mean, std = self.ensemble.predict_mean_std(feats)
+            self.exploration = acquisition_kappa(std, mean, self.kappa_bounds)
+            self.exploration_log.append((self.data_size, self.exploration))
 
     return EnsembleModel
 

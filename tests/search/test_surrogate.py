@@ -109,9 +109,10 @@ def test_evolutionary_search_with_ensemble(tmp_path):
         ]
         ctx.notify_runner_results(cands, results)
         model.update(ctx, cands, results)
-        assert model.data_size == len(cands) and model.ensemble.trained
+        assert model.data_size == len(cands) and model.stale and not model.ensemble.trained
+        pred = model.predict(ctx, cands)  # the prediction trains it, then sets kappa from the batch
+        assert not model.stale and model.ensemble.fits == 1
         assert len(model.exploration_log) == 1 and math.isfinite(model.exploration)
-        pred = model.predict(ctx, cands)
         mean, std = model.predict_mean_std(ctx, cands)
         assert pred.dtype == np.float64 and pred.shape == mean.shape == std.shape == (len(cands),)
         assert np.all(np.isfinite(pred)) and np.all(std >= 0)
@@ -211,6 +212,7 @@ def test_kappa_recomputed_each_update_bounded_and_logged():
         xs, ys = _candidates(rng, 16)
         costs = (1.0 / ys).astype(np.float32)  # cost ~ 1/score
         model._add("g0", xs, costs)
+        model.train_if_stale()  # what the search's next prediction does
         sizes.append(model.data_size)
         assert 0.05 <= model.exploration <= 0.5
         assert len(model.exploration_log) == batch + 1
@@ -221,6 +223,49 @@ def test_kappa_recomputed_each_update_bounded_and_logged():
     xs, ys = _candidates(rng, 6)
     model._add("g0", xs, (1.0 / ys).astype(np.float32))
     assert model.ensemble.fits == fits and len(model.exploration_log) == 5
+
+
+def test_updates_train_nothing_until_a_prediction_needs_it():
+    """Updates only mark the ensemble stale; the next prediction trains it once, on all the data, as an
+    ensemble fitted at once on the same data (the coverage pass's updates train nothing)."""
+    rng = np.random.default_rng(2)
+    model = _model(seed=5, contextual_exploration=True)
+    batches = [_candidates(rng, n) for n in (16, 16, 4)]
+    for xs, ys in batches:
+        model._add("g0", xs, (1.0 / ys).astype(np.float32))
+    assert model.stale and model.ensemble.fits == 0 and model.exploration_log == []
+    model.train_if_stale()
+    assert not model.stale and model.ensemble.fits == 1
+    model.train_if_stale()  # nothing new to learn: no training
+    assert model.ensemble.fits == 1
+    at_once = _Ensemble(num_members=5, seed=5, **FAST)
+    xs = [x for b, _ in batches for x in b]
+    ys = np.concatenate([g.scores() for g in model.data.values()])
+    at_once.fit(xs, ys)
+    xt, _ = _candidates(rng, 30)
+    np.testing.assert_array_equal(model.ensemble.predict_mean_std(xt), at_once.predict_mean_std(xt))
+    # kappa from the latest batch, by the trained ensemble
+    mean, std = at_once.predict_mean_std(batches[-1][0])
+    assert model.exploration_log == [(36, acquisition_kappa(std, mean, model.kappa_bounds))]
+
+
+def test_a_stale_ensemble_saved_and_loaded_trains_on_its_first_prediction(tmp_path):
+    rng = np.random.default_rng(3)
+    model = _model(seed=1)
+    xs, ys = _candidates(rng, 24)
+    model._add("g0", xs, (1.0 / ys).astype(np.float32))
+    path = str(tmp_path / "cost_model")
+    model.save(path)
+    other = _model(seed=9)
+    other.load(path)
+    assert other.stale and not other.ensemble.trained and other.data_size == 24
+    model.train_if_stale()
+    other.train_if_stale()
+    xt, _ = _candidates(rng, 20)
+    np.testing.assert_array_equal(model.ensemble.predict_mean_std(xt), other.ensemble.predict_mean_std(xt))
+    model.save(path)  # trained now: saved as such
+    other.load(path)
+    assert not other.stale and other.ensemble.trained
 
 
 def test_kappa_bounds_validated():
@@ -235,6 +280,7 @@ def test_save_load_round_trip(tmp_path):
     model._add("g0", xs, (1.0 / ys).astype(np.float32))
     xs2, ys2 = _candidates(rng, 20)
     model._add("g1", xs2, (2.0 / ys2).astype(np.float32))
+    model.train_if_stale()
     path = str(tmp_path / "cost_model")  # no extension, as the session uses
     model.save(path)
     other = _model(seed=99, contextual_exploration=True)
