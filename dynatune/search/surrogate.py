@@ -340,12 +340,8 @@ def _make_model_class():
             self._add(shash2hex(context.mod), feats, costs)
 
         def predict(self, context, candidates) -> np.ndarray:
-            if len(candidates) == 0:
-                return np.zeros((0,), dtype="float64")
-            self.train_if_stale()
-            if not self._ready():
-                return self._rng.uniform(0.0, 1.0, size=(len(candidates),)).astype("float64")
-            mean, std = self.ensemble.predict_mean_std(self._features(context, candidates))
+            """``μ``, or ``μ + κ·σ`` with contextual exploration (random before data: ``σ`` is 0 then)."""
+            mean, std = self.predict_mean_std(context, candidates)
             if self.contextual_exploration:
                 mean = mean + self.exploration * std
             return np.asarray(mean, dtype="float64")
