@@ -46,13 +46,13 @@ def main() -> None:
         tasks, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=args.batch)
     )
     built_by_session = []
-    build_and_run = session._build_and_run
+    start_build = session._start_build
 
-    def capture(cands, *a, **k):
+    def capture(cands):
         built_by_session.append([c for c in cands if c is not None])
-        return build_and_run(cands, *a, **k)
+        return start_build(cands)
 
-    session._build_and_run = capture
+    session._start_build = capture
     session.warm_up()
     batches = []
     for i in heavy:

@@ -121,13 +121,13 @@ def profile_model(path: str, batch: int, batches: int) -> dict:
     phases: dict = defaultdict(float)
     session.batch_callbacks = [Timed(cb, phases) for cb in session.batch_callbacks]
     captured = []
-    build_and_run = session._build_and_run
+    start_build = session._start_build
 
-    def capture(cands, *a, **k):
+    def capture(cands):
         captured[:] = [list(cands)]
-        return build_and_run(cands, *a, **k)
+        return start_build(cands)
 
-    session._build_and_run = capture
+    session._start_build = capture
     session.warm_up()
     session.tune(heavy, trials=batch)  # the task's set-up and its first batch
     phases.clear()
