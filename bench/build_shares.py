@@ -46,13 +46,13 @@ def main() -> None:
         tasks, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=args.batch)
     )
     built_by_session = []
-    start_build = session._start_build
+    build_and_run = session._build_and_run
 
-    def capture(cands):
+    def capture(cands, *a, **k):
         built_by_session.append([c for c in cands if c is not None])
-        return start_build(cands)
+        return build_and_run(cands, *a, **k)
 
-    session._start_build = capture
+    session._build_and_run = capture
     session.warm_up()
     batches = []
     for i in heavy:

@@ -121,13 +121,13 @@ def profile_model(path: str, batch: int, batches: int) -> dict:
     phases: dict = defaultdict(float)
     session.batch_callbacks = [Timed(cb, phases) for cb in session.batch_callbacks]
     captured = []
-    start_build = session._start_build
+    build_and_run = session._build_and_run
 
-    def capture(cands):
+    def capture(cands, *a, **k):
         captured[:] = [list(cands)]
-        return start_build(cands)
+        return build_and_run(cands, *a, **k)
 
-    session._start_build = capture
+    session._build_and_run = capture
     session.warm_up()
     session.tune(heavy, trials=batch)  # the task's set-up and its first batch
     phases.clear()

@@ -58,8 +58,7 @@ class Phases:
 
 
 class LabelledBuilder:
-    """A session's builder whose ``build``, and the wait for a build it started (``submit``), run in the
-    "build" phase."""
+    """A session's builder whose ``build`` runs in the "build" phase."""
 
     def __init__(self, inner, phases: Phases):
         self.inner, self.phases = inner, phases
@@ -69,11 +68,6 @@ class LabelledBuilder:
 
     def build(self, *args, **kwargs):
         return self.phases.labelled("build", self.inner.build)(*args, **kwargs)
-
-    def submit(self, *args, **kwargs):
-        pending = self.inner.submit(*args, **kwargs)
-        pending.result = self.phases.labelled("build", pending.result)
-        return pending
 
 
 def _cpu() -> tuple[int, int]:
@@ -97,7 +91,7 @@ def main() -> int:
     cls = session.TuningSession
     phases.wrap(cls, "_next_batch", "search")
     phases.wrap(cls, "_first_batch", "search")
-    phases.wrap(cls, "_measure_built", "measure")  # its wait for the build is labelled inside it
+    phases.wrap(cls, "_build_and_run", "measure")  # its build is labelled inside it
     init, tune = cls.__init__, cls.tune
 
     def init_with_labelled_builder(self, *args, **kwargs):

@@ -126,18 +126,6 @@ def split_artifact(artifact: str) -> tuple[str, str | None]:
     return artifact, None
 
 
-class PendingBuild:
-    """A build under way (:meth:`PersistentBuilder.submit`): ``result()`` waits for its BuilderResults."""
-
-    def __init__(self, collect):
-        self._collect, self._results = collect, None
-
-    def result(self) -> list:
-        if self._results is None:
-            self._results = self._collect()
-        return self._results
-
-
 @derived_object
 class PersistentBuilder(PyBuilder):
     def __init__(
@@ -180,76 +168,54 @@ class PersistentBuilder(PyBuilder):
         self._pool._timeout = timeout  # the executor sends its `_timeout` along with each job it sends
         return self._pool
 
-    def _start(self, fn, jobs: list, sizes: list[int]):
-        """Send ``fn`` over ``jobs`` (of ``sizes`` candidates) to the workers now, each timed and limited to
-        what :attr:`limits` allows the largest; returns a function that waits for them and gives the
-        MapResults (their values without the seconds) and the limit."""
+    def _map(self, fn, jobs: list, sizes: list[int]) -> tuple[list, float]:
+        """``fn`` over ``jobs`` (of ``sizes`` candidates) in the workers, each timed and limited to what
+        :attr:`limits` allows the largest; the MapResults (their values without the seconds), and the
+        limit."""
         limit = self.limits.limit(max(sizes, default=1))
-        pending = self._get_pool(limit).map_with_error_catching(lambda job: timed(fn, job), jobs)
-
-        def collect() -> tuple[list, float]:
-            outcomes = list(pending)
-            for k, (res, size) in enumerate(zip(outcomes, sizes)):
-                if res.status == StatusKind.COMPLETE:
-                    value, seconds = res.value
-                    self.limits.record(seconds, size)
-                    outcomes[k] = res._replace(value=value)
-            return outcomes, limit
-
-        return collect
+        outcomes = list(self._get_pool(limit).map_with_error_catching(lambda job: timed(fn, job), jobs))
+        for k, (res, size) in enumerate(zip(outcomes, sizes)):
+            if res.status == StatusKind.COMPLETE:
+                value, seconds = res.value
+                self.limits.record(seconds, size)
+                outcomes[k] = res._replace(value=value)
+        return outcomes, limit
 
     def build(self, build_inputs):
-        return self.submit(build_inputs).result()
-
-    def submit(self, build_inputs) -> PendingBuild:
-        """Start building ``build_inputs`` in the workers and return at once; the :class:`PendingBuild`'s
-        ``result()`` waits for their BuilderResults (what :meth:`build` returns)."""
         inputs = [(bi.mod, bi.target) for bi in build_inputs]
         if not (self.batched and self.batch_fn is not None and len(inputs) > 1):
-            return PendingBuild(self._start_alone(inputs))
+            return self._build_alone(inputs)
         shares = _shares(len(inputs), self.shares_per_worker * self.max_workers)
         fn, out_dir = self.batch_fn, self.artifact_dir  # the lambda goes to the workers: no `self` in it
-        started = self._start(
+        outcomes, _ = self._map(
             lambda share: fn([m for m, _ in share], share[0][1], out_dir),
             [[inputs[k] for k in share] for share in shares],
             [len(share) for share in shares],
         )
+        results: list = [None] * len(inputs)
+        retry = []
+        for share, res in zip(shares, outcomes):
+            if res.status == StatusKind.COMPLETE and len(res.value) == len(share):
+                for k, path in zip(share, res.value):
+                    results[k] = BuilderResult(path, None)
+            else:  # find the candidate that failed: build the share's candidates alone
+                retry.extend(share)
+        for k, res in zip(retry, self._build_alone([inputs[k] for k in retry])):
+            results[k] = res
+        return results
 
-        def collect() -> list:
-            outcomes, _ = started()
-            results: list = [None] * len(inputs)
-            retry = []
-            for share, res in zip(shares, outcomes):
-                if res.status == StatusKind.COMPLETE and len(res.value) == len(share):
-                    for k, path in zip(share, res.value):
-                        results[k] = BuilderResult(path, None)
-                else:  # find the candidate that failed: build the share's candidates alone
-                    retry.extend(share)
-            for k, res in zip(retry, self._start_alone([inputs[k] for k in retry])()):
-                results[k] = res
-            return results
-
-        return PendingBuild(collect)
-
-    def _start_alone(self, inputs):
-        """Start building each of ``inputs`` alone; returns a function that waits for their
-        BuilderResults."""
+    def _build_alone(self, inputs) -> list:
         fn, out_dir = self.build_fn, self.artifact_dir
-        started = self._start(lambda x: fn(x[0], x[1], out_dir), inputs, [1] * len(inputs))
-
-        def collect() -> list:
-            outcomes, limit = started()
-            results = []
-            for res in outcomes:
-                if res.status == StatusKind.COMPLETE:
-                    results.append(BuilderResult(res.value, None))
-                elif res.status == StatusKind.TIMEOUT:
-                    results.append(BuilderResult(None, f"build timed out after {limit:.0f}s"))
-                else:
-                    results.append(BuilderResult(None, f"build failed: {_short(res.value)}"))
-            return results
-
-        return collect
+        results = []
+        outcomes, limit = self._map(lambda x: fn(x[0], x[1], out_dir), inputs, [1] * len(inputs))
+        for res in outcomes:
+            if res.status == StatusKind.COMPLETE:
+                results.append(BuilderResult(res.value, None))
+            elif res.status == StatusKind.TIMEOUT:
+                results.append(BuilderResult(None, f"build timed out after {limit:.0f}s"))
+            else:
+                results.append(BuilderResult(None, f"build failed: {_short(res.value)}"))
+        return results
 
     def warm_up(self) -> None:
         """Start the workers now (TVM import) so the first round does not pay for it."""

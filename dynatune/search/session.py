@@ -86,10 +86,6 @@ class SearchConfig(Section):
     # (dynatune.search.layout_rewrite): a task's search 0.57-0.88x the ms per candidate, its kernels as good
     # after as many candidates (BENCHMARKS.md, session 29)
     defer_layout_rewrite: bool = True
-    # the next batch's search runs while this batch builds (in the builder's worker processes), and the
-    # batch is measured once both are done, on quiet cores: the search then ranks without this batch's
-    # measurements, as it mostly does anyway (the cost model retrains only when its data has grown)
-    search_while_building: bool = False
 
 
 @dataclass
@@ -107,7 +103,6 @@ class RoundResult:
     search_s: float = 0.0
     build_s: float = 0.0
     measure_s: float = 0.0
-    search_while_building_s: float = 0.0  # of search_s: searching the next batch while this one built
     exhausted: bool = False
     repeats: int = 0  # measurement repeats actually run
     repeats_saved: int = 0  # repeats the adaptive evaluator did not need, vs. its maximum
@@ -226,10 +221,6 @@ class TuningSession:
         self._spaces: dict[int, list] = {}  # task index -> its design spaces
         self._deferred: dict[int, list] = {}  # task index -> postprocessors run on its built candidates only
         self._populations: dict[int, CarriedPopulation] = {}  # task index -> its search's carried population
-        # task index -> the batch its search found while its last slot's last batch built (measured first
-        # in its next slot), and the seconds its last batch took
-        self._searched_ahead: dict[int, list] = {}
-        self._batch_s: dict[int, float] = {}
         # task index -> candidates measured at the head of its next batch, before the search's own: a function
         # of the task's TuneContext (its postprocessors) and the batch size, called once (the library's
         # transfer)
@@ -508,8 +499,7 @@ class TuningSession:
         t0 = time.perf_counter()
         ctx = self._context(i)  # once per task and process: design space + search state
         res.search_s += time.perf_counter() - t0
-        batch_s = self._batch_s.get(i, 0.0)
-        cands = self._searched_ahead.pop(i, None)
+        batch_s = 0.0
         slot_start = time.perf_counter()  # the slot is for tuning; the one-off set-up above is not in it
         while True:
             elapsed = time.perf_counter() - slot_start
@@ -523,9 +513,12 @@ class TuningSession:
             ):
                 break
             b0 = time.perf_counter()
-            if cands is None:
-                cands = self._search_batch(i, ctx, batch)
-                res.search_s += time.perf_counter() - b0
+            t0 = time.perf_counter()
+            if i in self.first_candidates:
+                cands = self._first_batch(i, ctx, batch or self.search.trials_per_iter)
+            else:
+                cands = self._next_batch(i, ctx, batch)
+            res.search_s += time.perf_counter() - t0
             if not cands:
                 res.note, res.exhausted = self.retirement.search_exhausted(st), True
                 break
@@ -533,17 +526,8 @@ class TuningSession:
             built = finish_candidates(cands, self._deferred.get(i, ()))
             res.search_s += time.perf_counter() - t0
             incumbent = self.best_latency(i)
-            building = self._start_build(built)
-            ahead = None
-            if self.search.search_while_building and self._another_batch(
-                res.trials + len(cands), trials, seconds, elapsed + batch_s, batch_s
-            ):
-                t0 = time.perf_counter()
-                ahead = self._search_batch(i, ctx, batch)
-                res.search_while_building_s += time.perf_counter() - t0
-                res.search_s += time.perf_counter() - t0
-            results, build_s, measure_s = self._measure_built(
-                building, incumbent_s=incumbent, tasks=[t] * len(cands)
+            results, build_s, measure_s = self._build_and_run(
+                built, incumbent_s=incumbent, tasks=[t] * len(cands)
             )
             res.build_s += build_s
             res.measure_s += measure_s
@@ -554,12 +538,8 @@ class TuningSession:
                 callback.apply(self, measured)
             res.search_s += time.perf_counter() - t0
             batch_s = time.perf_counter() - b0
-            cands = ahead
             if res.exhausted:
                 break
-        self._batch_s[i] = batch_s
-        if cands is not None and not res.exhausted:
-            self._searched_ahead[i] = cands  # found while the slot's last batch built: its next slot's first
         res.wall_s = time.perf_counter() - start
         res.best_after_s = self.best_latency(i)
         st.seconds += res.wall_s
@@ -569,55 +549,25 @@ class TuningSession:
         self.save_state()
         return res
 
-    def _search_batch(self, i: int, ctx, batch: int | None) -> list:
-        """Task ``i``'s next batch of candidates: its first batch, or the search's next."""
-        if i in self.first_candidates:
-            return self._first_batch(i, ctx, batch or self.search.trials_per_iter)
-        return self._next_batch(i, ctx, batch)
-
-    @staticmethod
-    def _another_batch(trials_after: int, trials, seconds, elapsed_after: float, batch_s: float) -> bool:
-        """Whether the slot will run another batch after this one (the loop's own test, with this batch's
-        seconds guessed from the last one's): ``trials_after`` measured and ``elapsed_after`` seconds gone
-        by then."""
-        if trials is not None:
-            return trials_after < trials
-        return elapsed_after < seconds and elapsed_after + 0.5 * batch_s <= seconds
-
-    def _start_build(self, cands) -> tuple:
-        """Start building ``cands`` in the builder's workers (at once, where the builder cannot start a build
-        and return); what :meth:`_measure_built` takes."""
-        from tvm.s_tir.meta_schedule.builder import BuilderInput
-
-        t0 = time.perf_counter()
-        ready = [k for k, c in enumerate(cands) if c is not None]
-        inputs = [BuilderInput(cands[k].sch.mod, self.target) for k in ready]
-        submit = getattr(self.builder, "submit", None)
-        building = submit(inputs) if submit is not None else _Built(self.builder.build(inputs))
-        return cands, ready, building, time.perf_counter() - t0
-
     def _build_and_run(self, cands, incumbent_s: float | None = None, tasks: list[Task] | None = None):
         """Build (in parallel) and measure candidates; one RunnerResult per candidate, in order. A ``None``
         candidate (one the layout rewrite rejected) fails as a build.
 
         ``tasks`` (the task of each candidate) lets the runner fill index arguments with valid indices.
         """
-        return self._measure_built(self._start_build(cands), incumbent_s, tasks)
-
-    def _measure_built(self, building, incumbent_s: float | None = None, tasks: list[Task] | None = None):
-        """Wait for a build :meth:`_start_build` started, then measure its candidates
-        (:meth:`_build_and_run`); the seconds of the build are those spent starting it and waiting for it."""
-        from tvm.s_tir.meta_schedule.builder import BuilderResult
+        from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
         from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
 
         from dynatune.search.builder import remove_artifacts
 
-        cands, ready, pending, start_s = building
         t0 = time.perf_counter()
+        ready = [k for k, c in enumerate(cands) if c is not None]
         built = [BuilderResult(None, REJECTED)] * len(cands)
-        for k, b in zip(ready, pending.result()):
+        for k, b in zip(
+            ready, self.builder.build([BuilderInput(cands[k].sch.mod, self.target) for k in ready])
+        ):
             built[k] = b
-        build_s = start_s + time.perf_counter() - t0
+        build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         dev = target_device(self.target)
         idx = [k for k, b in enumerate(built) if b.error_msg is None]
@@ -688,16 +638,6 @@ def default_schedule(mod, target):
         with target:
             return gpu_default_schedule()(mod)
     return mod
-
-
-class _Built:
-    """A build already done, as a pending one (a builder that only builds, e.g. MetaSchedule's own)."""
-
-    def __init__(self, results):
-        self._results = results
-
-    def result(self) -> list:
-        return self._results
 
 
 def _finite_or_none(x: float):
