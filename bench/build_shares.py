@@ -25,6 +25,7 @@ WAYS = {"alone": None, "1 share/worker": 1, "2 shares/worker": 2, "4 shares/work
 
 
 def main() -> None:
+    from session_batches import record_built_batches
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from dynatune.machine.target import make_target, usable_cores
@@ -45,14 +46,7 @@ def main() -> None:
     session = TuningSession(
         tasks, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=args.batch)
     )
-    built_by_session = []
-    build_and_run = session._build_and_run
-
-    def capture(cands, *a, **k):
-        built_by_session.append([c for c in cands if c is not None])
-        return build_and_run(cands, *a, **k)
-
-    session._build_and_run = capture
+    built_by_session = record_built_batches(session)
     session.warm_up()
     batches = []
     for i in heavy:

@@ -105,6 +105,7 @@ def runner_phases(libs, cands, shares, cfg, out: dict) -> None:
 
 
 def profile_model(path: str, batch: int, batches: int) -> dict:
+    from session_batches import record_built_batches
     from tvm.s_tir import meta_schedule as ms
 
     from dynatune.machine.target import make_target
@@ -120,14 +121,7 @@ def profile_model(path: str, batch: int, batches: int) -> dict:
     session = TuningSession(tasks, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=batch))
     phases: dict = defaultdict(float)
     session.batch_callbacks = [Timed(cb, phases) for cb in session.batch_callbacks]
-    captured = []
-    build_and_run = session._build_and_run
-
-    def capture(cands, *a, **k):
-        captured[:] = [list(cands)]
-        return build_and_run(cands, *a, **k)
-
-    session._build_and_run = capture
+    built = record_built_batches(session)
     session.warm_up()
     session.tune(heavy, trials=batch)  # the task's set-up and its first batch
     phases.clear()
@@ -136,7 +130,7 @@ def profile_model(path: str, batch: int, batches: int) -> dict:
     for scope, seconds in prof.get().items():
         if scope.startswith("EvoSearch/") and scope.count("/") == 1 or scope.startswith("EvoSearch/Evolve/"):
             phases[f"search: {scope}"] += float(seconds)
-    cands = captured[0]
+    cands = built[-1]
     mods = [c.sch.mod for c in cands]
     shares = _shares(len(mods), 2 * session.builder.max_workers)
     life: dict = defaultdict(float)
