@@ -16,7 +16,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -25,14 +24,11 @@ WAYS = {"alone": None, "1 share/worker": 1, "2 shares/worker": 2, "4 shares/work
 
 
 def main() -> None:
-    from session_batches import record_built_batches
+    from session_batches import search_batches
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-    from dynatune.machine.target import make_target, usable_cores
-    from dynatune.model.extract import extract_tasks
-    from dynatune.model.importer import load_model
+    from dynatune.machine.target import usable_cores
     from dynatune.search.builder import PersistentBuilder, remove_artifacts
-    from dynatune.search.session import SearchConfig, TuningSession
 
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -40,19 +36,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=16)
     args = ap.parse_args()
-    target = make_target()
-    tasks = extract_tasks(load_model(args.model), target)
-    heavy = sorted(range(len(tasks)), key=lambda i: -tasks[i].flops * tasks[i].weight)[: args.tasks]
-    session = TuningSession(
-        tasks, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=args.batch)
-    )
-    built_by_session = record_built_batches(session)
-    session.warm_up()
-    batches = []
-    for i in heavy:
-        session.tune(i, trials=args.batch)  # the task's first batch (analytic head, samples)
-        session.tune(i, trials=args.batch)  # the search's
-        batches.append([BuilderInput(c.sch.mod, target) for c in built_by_session[-1]])
+    target, found = search_batches(args.model, args.tasks, args.batch)
+    batches = [[BuilderInput(c.sch.mod, target) for c in cands] for _, cands in found]
     n = sum(len(b) for b in batches)
     builders = {
         way: PersistentBuilder(usable_cores(), batched=s is not None, shares_per_worker=s or 1)
@@ -84,7 +69,6 @@ def main() -> None:
     print(json.dumps(out, indent=1))
     for b in builders.values():
         b.close()
-    session.close()
 
 
 if __name__ == "__main__":

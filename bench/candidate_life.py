@@ -45,29 +45,30 @@ class Timed:
 def build_phases(mods, target, shares, out: dict) -> list[str]:
     """Build ``mods`` share by share as the builder does, each stage timed into ``out``; the libraries."""
     import tvm
-    from tvm.support import cc
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
-    from dynatune.search.builder import batch_module, without_layout_rewrite
+    from dynatune.search.builder import batch_module, candidate_pass_context, without_layout_rewrite
+    from dynatune.search.linker import link_shared
 
     libs = []
     tmp = tempfile.mkdtemp()
     for s, share in enumerate(shares):
         t0 = time.perf_counter()
-        mod, names = batch_module([mods[k] for k in share])
-        mod = without_layout_rewrite(mod)
-        mod = tvm.tirx.transform.BindTarget(target.with_host(target))(mod)
-        pipeline, finalize_host, _ = tvm.tirx.get_default_tir_pipeline(target)
-        host, _ = split_host_device_mods(pipeline(mod))
-        host = finalize_host()(host)
-        t1 = time.perf_counter()
-        rt = codegen_build(host, target)
-        t2 = time.perf_counter()
+        with candidate_pass_context():
+            mod, names = batch_module([mods[k] for k in share])
+            mod = without_layout_rewrite(mod)
+            mod = tvm.tirx.transform.BindTarget(target.with_host(target))(mod)
+            pipeline, finalize_host, _ = tvm.tirx.get_default_tir_pipeline(target)
+            host, _ = split_host_device_mods(pipeline(mod))
+            host = finalize_host()(host)
+            t1 = time.perf_counter()
+            rt = codegen_build(host, target)
+            t2 = time.perf_counter()
         obj = os.path.join(tmp, f"{s}.o")
         rt.write_to_file(obj)
         t3 = time.perf_counter()
         lib = os.path.join(tmp, f"{s}.so")
-        cc.create_shared(lib, [obj])
+        link_shared(lib, [obj])
         t4 = time.perf_counter()
         for key, dt in (
             ("TIR lowering", t1 - t0),

@@ -16,3 +16,29 @@ def record_built_batches(session) -> list[list]:
 
     session._build_and_run = recorded
     return batches
+
+
+def search_batches(model_path: str, tasks: int, batch: int) -> tuple[object, list[tuple[str, list]]]:
+    """Each of the ``tasks`` heaviest tasks' (weight x FLOPs) first search batch of ``batch`` candidates (its
+    second batch, after its first: the analytic head and random samples), as a tuning session builds it:
+    the target, and ``(task name, candidates)`` per task."""
+    import tempfile
+
+    from dynatune.machine.target import make_target
+    from dynatune.model.extract import extract_tasks
+    from dynatune.model.importer import load_model
+    from dynatune.search.session import SearchConfig, TuningSession
+
+    target = make_target()
+    found = extract_tasks(load_model(model_path), target)
+    heavy = sorted(range(len(found)), key=lambda i: -found[i].flops * found[i].weight)[:tasks]
+    session = TuningSession(found, target, tempfile.mkdtemp(), search=SearchConfig(trials_per_iter=batch))
+    built = record_built_batches(session)
+    session.warm_up()
+    out = []
+    for i in heavy:
+        session.tune(i, trials=batch)  # the task's first batch
+        session.tune(i, trials=batch)  # the search's
+        out.append((found[i].name, built[-1]))
+    session.close()
+    return target, out

@@ -4,8 +4,10 @@ The stock ``LocalBuilder`` makes a new process pool for every ``build()`` call, 
 imports ``tvm.s_tir.tensor_intrin`` (about 20 s here, the plain way) before its first build: ~3.4 s per
 trial instead of ~1.5 s. This builder keeps its workers, skips that import (a scheduled module carries no
 reference to the intrinsic registry), and links candidates into a shared library in the worker, so the
-runner only has to ``dlopen`` it. Workers are recycled after ``max_uses`` builds to bound TVM's known leak,
-and a worker that dies or hangs is replaced by the pool on the next call.
+runner only has to ``dlopen`` it. A candidate is compiled without its entry function's argument checks
+(:func:`candidate_pass_context`) and linked by the linker alone (:mod:`dynatune.search.linker`). Workers
+are recycled after ``max_uses`` builds to bound TVM's known leak, and a worker that dies or hangs is
+replaced by the pool on the next call.
 
 Batches: a batch is cut into two shares per worker, and a worker compiles a share as ONE module,
 candidate ``k`` its function ``dynatune_candidate_k``, with one lowering session, one LLVM module and one
@@ -33,6 +35,8 @@ from collections import deque
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+from dynatune.search.linker import link_shared
 
 _FUNCTION_PREFIX = "dynatune_candidate_"
 _SEPARATOR = "::"
@@ -74,11 +78,31 @@ def without_layout_rewrite(mod):
     return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
 
 
-def compile_scheduled(mod, target):
-    """A scheduled task module compiled as tuning measures it (:func:`without_layout_rewrite`)."""
+def candidate_pass_context():
+    """The pass context a candidate is compiled in: the current one, without the argument checks of the
+    entry function (``tirx.disable_assert``). The runner calls a candidate with the arguments its
+    ``args_info`` describes, so the checks never fail there; they were two thirds of a candidate's object
+    code and a quarter of its build's CPU, and the kernels' machine code is the same without them
+    (BENCHMARKS.md, session 33). The compiled model keeps them."""
     import tvm
 
-    return tvm.build(without_layout_rewrite(mod), target=target)
+    current = tvm.transform.PassContext.current()
+    return tvm.transform.PassContext(
+        opt_level=current.opt_level,
+        required_pass=current.required_pass,
+        disabled_pass=current.disabled_pass,
+        instruments=current.instruments,
+        config={**current.config, "tirx.disable_assert": True},
+    )
+
+
+def compile_scheduled(mod, target):
+    """A scheduled task module compiled as tuning measures it (:func:`without_layout_rewrite`, in
+    :func:`candidate_pass_context`)."""
+    import tvm
+
+    with candidate_pass_context():
+        return tvm.build(without_layout_rewrite(mod), target=target)
 
 
 def batch_module(mods):
@@ -93,7 +117,7 @@ def batch_module(mods):
 
 def _export(rt_mod, out_dir: str) -> str:
     path = os.path.join(tempfile.mkdtemp(dir=out_dir), "candidate.so")
-    rt_mod.export_library(path)
+    rt_mod.export_library(path, fcompile=link_shared)
     return path
 
 
