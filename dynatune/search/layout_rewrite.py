@@ -31,20 +31,27 @@ def split_postprocs(postprocs) -> tuple[list, list]:
     return postprocs, []
 
 
-def finish_candidates(cands, deferred) -> list:
+def finish_candidates(cands, deferred, threads: int = 1) -> list:
     """Per candidate, the MeasureCandidate to build: a copy of its schedule with the ``deferred``
     postprocessors applied (``None`` where one rejects it); ``cands`` themselves when nothing is
-    deferred."""
+    deferred. ``threads``: how many candidates are finished at once (TVM's calls release the GIL, and
+    MetaSchedule's own search applies the same postprocessors from several threads); the order is kept."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from dynatune.search.replay import measure_candidate
 
     if not deferred:
         return list(cands)
-    out = []
-    for c in cands:
+
+    def finish(c):
         sch = c.sch.copy()
         try:
             ok = all(p.apply(sch) for p in deferred)
         except Exception:  # a postprocessor that raises rejects the schedule, as the search's do
             ok = False
-        out.append(measure_candidate(sch) if ok else None)
-    return out
+        return measure_candidate(sch) if ok else None
+
+    if threads <= 1 or len(cands) <= 1:
+        return [finish(c) for c in cands]
+    with ThreadPoolExecutor(min(threads, len(cands))) as pool:
+        return list(pool.map(finish, cands))

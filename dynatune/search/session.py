@@ -523,7 +523,7 @@ class TuningSession:
                 res.note, res.exhausted = self.retirement.search_exhausted(st), True
                 break
             t0 = time.perf_counter()
-            built = finish_candidates(cands, self._deferred.get(i, ()))
+            built = finish_candidates(cands, self._deferred.get(i, ()), self.builder.max_workers)
             res.search_s += time.perf_counter() - t0
             incumbent = self.best_latency(i)
             results, build_s, measure_s = self._build_and_run(

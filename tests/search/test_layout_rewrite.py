@@ -85,6 +85,8 @@ def test_a_finished_candidate_is_the_schedule_metaschedule_would_have_built(conv
         weights = [list(a.shape) for a in c.args_info], [list(a.shape) for a in f.args_info]
         assert weights[0] != weights[1]  # the weight is an argument in its packed layout
     assert finish_candidates(cands, []) == cands  # nothing deferred: built as they are
+    threaded = finish_candidates(cands, deferred, threads=2)  # two at a time: the same, in the same order
+    assert [structural_hash(c.sch.mod) for c in threaded] == [structural_hash(c.sch.mod) for c in finished]
 
 
 @pytest.mark.slow
