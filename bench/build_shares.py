@@ -11,7 +11,6 @@ the tasks) and its ratio to building alone, with the spread of the per-round rat
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -24,17 +23,13 @@ WAYS = {"alone": None, "1 share/worker": 1, "2 shares/worker": 2, "4 shares/work
 
 
 def main() -> None:
-    from session_batches import search_batches
+    from session_batches import search_batch_arguments, search_batches
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from dynatune.machine.target import usable_cores
     from dynatune.search.builder import PersistentBuilder, remove_artifacts
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("--tasks", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=16)
+    ap = search_batch_arguments()
     args = ap.parse_args()
     target, found = search_batches(args.model, args.tasks, args.batch)
     batches = [[BuilderInput(c.sch.mod, target) for c in cands] for _, cands in found]

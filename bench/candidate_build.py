@@ -20,7 +20,6 @@ Reported:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -94,14 +93,10 @@ def time_pair(libs, names_per_lib, args, rounds: int, repeat_ms: int) -> list[fl
 
 def main() -> None:
     import tvm
-    from session_batches import search_batches
+    from session_batches import search_batch_arguments, search_batches
     from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("--tasks", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=16)
+    ap = search_batch_arguments()
     ap.add_argument("--timing-rounds", type=int, default=9)
     ap.add_argument("--repeat-ms", type=int, default=10)
     ap.add_argument("--out")

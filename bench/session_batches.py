@@ -18,6 +18,19 @@ def record_built_batches(session) -> list[list]:
     return batches
 
 
+def search_batch_arguments():
+    """An argument parser with what :func:`search_batches` takes: the model, ``--tasks``, ``--batch``, and
+    the bench's ``--rounds``."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--tasks", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=16)
+    return ap
+
+
 def search_batches(model_path: str, tasks: int, batch: int) -> tuple[object, list[tuple[str, list]]]:
     """Each of the ``tasks`` heaviest tasks' (weight x FLOPs) first search batch of ``batch`` candidates (its
     second batch, after its first: the analytic head and random samples), as a tuning session builds it:
