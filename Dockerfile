@@ -10,7 +10,8 @@
 # pull step changes into; see docs/operations.md).
 FROM python:3.11-slim
 
-# g++: TVM links every tuned candidate and the compiled model into a shared library with the system compiler
+# g++ (with gcc and binutils): the compiled model is linked into a shared library by the system compiler, each
+# batch of tuned candidates by binutils' ld with gcc's libgcc.a (dynatune/search/linker.py)
 RUN apt-get update \
     && apt-get install -y --no-install-recommends g++ \
     && rm -rf /var/lib/apt/lists/*
