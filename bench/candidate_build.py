@@ -11,7 +11,7 @@ cut into shares of 4 as the builder cuts a batch of 16 for 2 workers. Two ways t
 
 Reported:
 1. the build, ms per candidate, in this process (one core): compile (TIR lowering, LLVM code generation),
-   object emission, link; each share built both ways in turn, the order rotated from round to round;
+   object emission, link; each share built both ways in turn, which way first alternating;
 2. the kernels' machine code: every function of the two objects but the entry functions (which hold the
    checks) and the checks' error helpers, compared instruction by instruction (``objdump -d``);
 3. the kernels' time: each candidate's function of both libraries timed in turn, ``--timing-rounds``
@@ -73,15 +73,13 @@ def kernels(obj: str) -> dict[str, list[str]]:
     return {n: ins for n, ins in funcs.items() if not n.startswith(("__tvm_ffi_", "__tvm_set_raised"))}
 
 
-def time_pair(libs, names_per_lib, args, rounds: int, repeat_ms: int) -> list[float]:
-    """Per round, the two libraries' function timed in turn (order alternating): ``[old, new]`` medians."""
+def time_pair(libs, name: str, args, rounds: int, repeat_ms: int) -> list[float]:
+    """Per round, function ``name`` of the two libraries timed in turn (order alternating): ``[old, new]``
+    medians."""
     import tvm
 
     dev = tvm.cpu()
-    evaluators = [
-        lib.time_evaluator(name, dev, number=1, repeat=1, min_repeat_ms=repeat_ms)
-        for lib, name in zip(libs, names_per_lib)
-    ]
+    evaluators = [lib.time_evaluator(name, dev, number=1, repeat=1, min_repeat_ms=repeat_ms) for lib in libs]
     for ev in evaluators:
         ev(*args)  # warm-up
     secs: list[list[float]] = [[], []]
@@ -134,7 +132,7 @@ def main() -> None:
         for k, cand in enumerate(share):
             cand_args = default_alloc_argument(dev, [a.as_json() for a in cand.args_info], 1)[0]
             name = last[(s, WAYS[0])][2][k]
-            old, new = time_pair(libs, [name, name], cand_args, args.timing_rounds, args.repeat_ms)
+            old, new = time_pair(libs, name, cand_args, args.timing_rounds, args.repeat_ms)
             ratios.append(new / old)
     ratios.sort()
     report["kernel_time_new_over_old"] = {
