@@ -45,6 +45,32 @@ def hanging_evaluator(*args, **kwargs):
     time.sleep(3600)  # the runner worker hangs
 
 
+def _second_call(counter: str) -> bool:
+    """Whether this is the second call counted in the file ``counter`` (each call appends a byte to it, so
+    the count survives the worker processes)."""
+    with open(counter, "ab") as f:
+        f.write(b".")
+        return f.tell() == 2
+
+
+def hanging_second_evaluator(*args, counter: str, **kwargs):
+    """The second candidate timed hangs; the others are timed."""
+    from dynatune.search.measure import adaptive_evaluator
+
+    if _second_call(counter):
+        time.sleep(3600)
+    return adaptive_evaluator(*args, **kwargs)
+
+
+def raising_second_evaluator(*args, counter: str, **kwargs):
+    """The second candidate timed raises (the worker lives on); the others are timed."""
+    from dynatune.search.measure import adaptive_evaluator
+
+    if _second_call(counter):
+        raise RuntimeError("injected evaluator error")
+    return adaptive_evaluator(*args, **kwargs)
+
+
 def register() -> None:
     """Send these functions to worker processes by value."""
     import sys

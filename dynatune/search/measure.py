@@ -395,7 +395,15 @@ class Runner:
             return []
         return self.inner.run(runner_inputs)
 
+    def warm_up(self) -> None:
+        """Start the local runner's worker now (a device farm's sessions start per candidate)."""
+        if not self.rpc:
+            self.inner.warm_up()
+
     def close(self) -> None:
+        if not self.rpc:
+            self.inner.shutdown()
+            return
         pool = getattr(self.inner, "pool", None)
         if pool is not None:
             try:

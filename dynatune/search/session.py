@@ -475,6 +475,7 @@ class TuningSession:
         import_tensor_intrinsics()  # TuneContext would import it on first use, slowly
         t95(2)
         self.builder.warm_up()
+        self.runner.warm_up()
 
     def tune(
         self, i: int, *, seconds: float | None = None, trials: int | None = None, batch: int | None = None

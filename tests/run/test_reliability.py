@@ -407,7 +407,8 @@ def test_crashing_and_hanging_workers_are_errors_and_get_restarted(tiny, cpu_tar
         assert r1.trials == 1 and r1.build_errors == 1 and not r1.exhausted
         assert all("build failed" in e and "Subprocess terminated" in e for e in r1.errors), r1.errors
         s.builder.build_fn = build_and_export
-        runner = next(iter(s.runner.inner.pool._worker_map.values()))._proc  # the runner's worker process
+        s.runner.inner.worker._start()  # the runner's worker process, started now to watch it
+        runner = s.runner.inner.worker._proc
         r2 = s.tune(1, trials=1)  # 2. builds work again (a new build worker); the runner crashes
         assert r2.build_errors == 0 and r2.run_errors == 1, r2.errors
         assert all("Subprocess terminated" in e for e in r2.errors), r2.errors

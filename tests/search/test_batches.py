@@ -1,6 +1,8 @@
 """Batches: candidates built as a few libraries (two shares per build worker), each timed from one load of it
 (real TVM)."""
 
+from functools import partial
+
 import faults
 import numpy as np
 import pytest
@@ -88,6 +90,67 @@ def test_a_candidate_that_crashes_inside_a_batch_fails_alone_and_the_rest_are_me
         for i, r in enumerate(results)
         if i != 1
     )
+
+
+def _sends(runner) -> list:
+    """Each call the runner sends its worker, recorded (the worker is real)."""
+    worker, sent = runner.inner.worker, []
+    send = worker.send
+
+    def recorded(fn, args=(), kwargs=None, timeout=None):
+        sent.append(fn.__name__)
+        return send(fn, args, kwargs, timeout)
+
+    worker.send = recorded
+    return sent
+
+
+def test_a_batch_is_measured_in_one_call_and_an_evaluator_error_fails_alone(builder, cpu_target, tmp_path):
+    faults.register()
+    good, _, _ = _vector_funcs()
+    built = builder.build(_inputs([good] * 8, cpu_target))
+    evaluator = partial(faults.raising_second_evaluator, counter=str(tmp_path / "calls"))
+    runner = make_runner(FAST, cpu_target, evaluator=evaluator)
+    sent = _sends(runner)
+    try:
+        results = _run(runner, built)
+        pid = runner.inner.worker._proc.pid
+        again = _run(runner, built)
+        assert runner.inner.worker._proc.pid == pid  # an error the evaluator raises keeps the worker
+    finally:
+        runner.close()
+    assert sent == ["measure_batch", "measure_batch"]  # one call per batch
+    assert [r.error_msg is None for r in results] == [True, False] + [True] * 6
+    assert "LocalRunner: An exception occurred" in results[1].error_msg
+    assert "injected evaluator error" in results[1].error_msg
+    assert all(r.error_msg is None and len(r.run_secs) == 2 for r in again)
+
+
+def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_target, tmp_path):
+    """The worker's watchdog ends the hanging candidate after measure.timeout_s; the candidates after it
+    are measured by a fresh worker, and the batch costs one timeout, not the batch's backstop."""
+    import time
+
+    from dynatune.search.measure import MeasureConfig
+
+    faults.register()
+    good, _, _ = _vector_funcs()
+    built = builder.build(_inputs([good] * 8, cpu_target))
+    cfg = MeasureConfig(adaptive=False, repeat=2, min_repeat_ms=1, timeout_s=2)
+    evaluator = partial(faults.hanging_second_evaluator, counter=str(tmp_path / "calls"))
+    runner = make_runner(cfg, cpu_target, evaluator=evaluator)
+    sent = _sends(runner)
+    try:
+        t0 = time.perf_counter()
+        results = _run(runner, built)
+        elapsed = time.perf_counter() - t0
+    finally:
+        runner.close()
+    assert [r.error_msg is None for r in results] == [True, False] + [True] * 6
+    assert results[1].error_msg == "LocalRunner: Timeout, killed after 2.0 seconds\n"
+    assert all(len(r.run_secs) == 2 for i, r in enumerate(results) if i != 1)
+    assert sent == ["measure_batch", "measure_batch"]  # the rest of the batch: one more call
+    assert 2 <= elapsed < 12
 
 
 def test_the_build_time_limit_follows_the_builds_it_has_seen():
