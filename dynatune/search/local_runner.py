@@ -123,13 +123,6 @@ def measure_batch(
     return out
 
 
-def load_worker() -> None:
-    """Worker side: import what measuring a batch needs."""
-    import tvm  # noqa: F401
-
-    import dynatune.search.measure  # noqa: F401
-
-
 def read_progress(path: str) -> tuple[list[dict], bool]:
     """The outcomes a worker wrote to its progress file before it ended, and whether its watchdog ended it
     (a timeout) rather than a crash. A line cut short by the end is not an outcome."""
@@ -205,9 +198,10 @@ class BatchLocalRunner(PyRunner):
                 return outcomes, f"LocalRunner: Timeout, killed after {self.timeout_sec} seconds\n"
             return outcomes, "LocalRunner: An exception occurred\n" + str(exc)
 
-    def warm_up(self) -> None:
-        """Start the worker now (its TVM import), so that the first batch's measuring does not pay for it."""
-        self.worker.send(load_worker)
+    def warm_up(self, f_ready) -> None:
+        """Start the worker now and run ``f_ready`` in it (imports, caches), so that the first batch's
+        measuring does not pay for them."""
+        self.worker.send(f_ready)
         self.worker.recv()
 
     def shutdown(self) -> None:

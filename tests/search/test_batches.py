@@ -111,10 +111,13 @@ def test_a_batch_is_measured_in_one_call_and_an_evaluator_error_fails_alone(buil
     built = builder.build(_inputs([good] * 8, cpu_target))
     evaluator = partial(faults.raising_second_evaluator, counter=str(tmp_path / "calls"))
     runner = make_runner(FAST, cpu_target, evaluator=evaluator)
+    runner.warm_up()  # the worker starts before the first batch
+    assert runner.inner.worker.is_alive()
+    pid = runner.inner.worker._proc.pid
     sent = _sends(runner)
     try:
         results = _run(runner, built)
-        pid = runner.inner.worker._proc.pid
+        assert runner.inner.worker._proc.pid == pid
         again = _run(runner, built)
         assert runner.inner.worker._proc.pid == pid  # an error the evaluator raises keeps the worker
     finally:
