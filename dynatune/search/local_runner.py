@@ -183,6 +183,8 @@ class BatchLocalRunner(PyRunner):
         progress = os.path.join(self._progress_dir, "progress.jsonl")
         open(progress, "w").close()
         args = (self.f_alloc_argument, self.f_run_evaluator, self.evaluator_config, self.alloc_repeat)
+        if not self.worker.is_alive():  # never started, or ended between batches: start it afresh
+            self.worker.kill()
         # the watchdog times each candidate; the worker's own limit is only a backstop for the batch
         self.worker.send(
             measure_batch,

@@ -129,6 +129,25 @@ def test_a_batch_is_measured_in_one_call_and_an_evaluator_error_fails_alone(buil
     assert all(r.error_msg is None and len(r.run_secs) == 2 for r in again)
 
 
+def test_a_worker_that_ended_between_batches_is_started_afresh(builder, cpu_target):
+    import os
+    import signal
+
+    good, _, _ = _vector_funcs()
+    built = builder.build(_inputs([good] * 4, cpu_target))
+    runner = make_runner(FAST, cpu_target)
+    try:
+        runner.warm_up()
+        pid = runner.inner.worker._proc.pid
+        os.kill(pid, signal.SIGKILL)  # e.g. the kernel's OOM killer, while the worker waited
+        runner.inner.worker.join(timeout=10)
+        results = _run(runner, built)
+        assert runner.inner.worker._proc.pid != pid
+    finally:
+        runner.close()
+    assert all(r.error_msg is None and len(r.run_secs) == 2 for r in results)
+
+
 def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_target, tmp_path):
     """The worker's watchdog ends the hanging candidate after measure.timeout_s; the candidates after it
     are measured by a fresh worker, and the batch costs one timeout, not the batch's backstop."""
