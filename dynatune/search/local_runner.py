@@ -7,9 +7,9 @@ together. A candidate still fails alone:
 
 - one whose evaluator raises is an error, and the worker goes on with the next;
 - one that crashes the worker, or runs past ``timeout_sec`` (a watchdog in the worker then ends the
-  process), is an error too. The worker streams each candidate's outcome to a progress file as it goes, so
-  the runner knows which candidates were measured and which one was running; the rest of the batch goes to
-  a fresh worker.
+  process), is an error too. The worker streams each candidate's outcome to a progress file as it goes (a
+  temporary file per call, removed after it), so the runner knows which candidates were measured and which
+  one was running; the rest of the batch goes to a fresh worker.
 """
 
 from __future__ import annotations
@@ -155,7 +155,6 @@ class BatchLocalRunner(PyRunner):
         # started by warm_up or the first batch, and again after a crash or a timeout; its stderr silenced
         # as LocalRunner's is (a crashing candidate's dump)
         self.worker = PopenWorker(stderr=subprocess.DEVNULL)
-        self._progress_dir = tempfile.mkdtemp(prefix="dynatune-runner-")
 
     def run(self, runner_inputs):
         jobs = [
@@ -180,25 +179,28 @@ class BatchLocalRunner(PyRunner):
     def _measure(self, jobs) -> tuple[list[dict], str | None]:
         """One call to the worker: the outcomes of the first jobs, and the error of the job that ended the
         worker (None when it measured them all)."""
-        progress = os.path.join(self._progress_dir, "progress.jsonl")
-        open(progress, "w").close()
+        fd, progress = tempfile.mkstemp(prefix="dynatune-progress-", suffix=".jsonl")
+        os.close(fd)
         args = (self.f_alloc_argument, self.f_run_evaluator, self.evaluator_config, self.alloc_repeat)
         if not self.worker.is_alive():  # never started, or ended between batches: start it afresh
             self.worker.kill()
-        # the watchdog times each candidate; the worker's own limit is only a backstop for the batch
-        self.worker.send(
-            measure_batch,
-            (*args, jobs, self.timeout_sec, progress),
-            timeout=self.timeout_sec * (len(jobs) + 1),
-        )
         try:
-            return self.worker.recv(), None
-        except Exception as exc:  # the worker died (crash or watchdog) or the backstop killed it
-            self.worker.kill()
-            outcomes, timed_out = read_progress(progress)
-            if timed_out or isinstance(exc, TimeoutError):
-                return outcomes, f"LocalRunner: Timeout, killed after {self.timeout_sec} seconds\n"
-            return outcomes, "LocalRunner: An exception occurred\n" + str(exc)
+            # the watchdog times each candidate; the worker's own limit is only a backstop for the batch
+            self.worker.send(
+                measure_batch,
+                (*args, jobs, self.timeout_sec, progress),
+                timeout=self.timeout_sec * (len(jobs) + 1),
+            )
+            try:
+                return self.worker.recv(), None
+            except Exception as exc:  # the worker died (crash or watchdog) or the backstop killed it
+                self.worker.kill()
+                outcomes, timed_out = read_progress(progress)
+                if timed_out or isinstance(exc, TimeoutError):
+                    return outcomes, f"LocalRunner: Timeout, killed after {self.timeout_sec} seconds\n"
+                return outcomes, "LocalRunner: An exception occurred\n" + str(exc)
+        finally:
+            os.unlink(progress)
 
     def warm_up(self, f_ready) -> None:
         """Start the worker now and run ``f_ready`` in it (imports, caches), so that the first batch's
@@ -207,8 +209,5 @@ class BatchLocalRunner(PyRunner):
         self.worker.recv()
 
     def shutdown(self) -> None:
-        """Stop the worker and remove its progress file."""
-        import shutil
-
+        """Stop the worker."""
         self.worker.kill()
-        shutil.rmtree(self._progress_dir, ignore_errors=True)

@@ -151,6 +151,9 @@ def test_a_worker_that_ended_between_batches_is_started_afresh(builder, cpu_targ
 def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_target, tmp_path):
     """The worker's watchdog ends the hanging candidate after measure.timeout_s; the candidates after it
     are measured by a fresh worker, and the batch costs one timeout, not the batch's backstop."""
+    import glob
+    import os
+    import tempfile
     import time
 
     from dynatune.search.measure import MeasureConfig
@@ -173,6 +176,7 @@ def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_targ
     assert all(len(r.run_secs) == 2 for i, r in enumerate(results) if i != 1)
     assert sent == ["measure_batch", "measure_batch"]  # the rest of the batch: one more call
     assert 2 <= elapsed < 12
+    assert not glob.glob(os.path.join(tempfile.gettempdir(), "dynatune-progress-*"))  # progress files removed
 
 
 def test_the_build_time_limit_follows_the_builds_it_has_seen():
