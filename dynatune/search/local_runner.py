@@ -30,6 +30,7 @@ from dynatune.search.builder import split_artifact
 
 _LIBRARIES: OrderedDict = OrderedDict()  # in the worker: library path -> loaded module
 _KEEP = 4
+_RAISED = "LocalRunner: An exception occurred\n"  # MetaSchedule's prefix of a candidate's error
 _TIMED_OUT = 86  # the worker's exit status when its watchdog ends a candidate that ran too long
 
 
@@ -167,9 +168,7 @@ class BatchLocalRunner(PyRunner):
             results += [
                 LocalRunnerFuture(res=o["secs"], error_message=None)
                 if "secs" in o
-                else LocalRunnerFuture(
-                    res=None, error_message="LocalRunner: An exception occurred\n" + o["error"]
-                )
+                else LocalRunnerFuture(res=None, error_message=_RAISED + o["error"])
                 for o in outcomes
             ]
             if failure is not None:  # the candidate after those measured ended the worker
@@ -198,7 +197,7 @@ class BatchLocalRunner(PyRunner):
                 outcomes, timed_out = read_progress(progress)
                 if timed_out or isinstance(exc, TimeoutError):
                     return outcomes, f"LocalRunner: Timeout, killed after {self.timeout_sec} seconds\n"
-                return outcomes, "LocalRunner: An exception occurred\n" + str(exc)
+                return outcomes, _RAISED + str(exc)
         finally:
             os.unlink(progress)
 
