@@ -6,6 +6,14 @@ import threading
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def calm_policy():
+    """A QuietPolicy under which any load counts as quiet: for a test that looks at what is cached, not at
+    the load (the suite's other processes, a worker pool still starting, may share the cores)."""
+    from dynatune.machine.load import QuietPolicy
+
+    return QuietPolicy(tolerance_cores=float(os.cpu_count() or 1))
+
+
 _template_lock = threading.Lock()
 
 

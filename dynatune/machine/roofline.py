@@ -13,10 +13,18 @@ hand-written AVX-512/AVX2 kernels reach about 2.4x what numpy's OpenBLAS does on
 the BLAS library numpy ships (``numpy-blas``). Both figures are kept (``peaks``). Bandwidth is the best
 of a few copies of an array far larger than the caches, counted as bytes read plus written. The result
 is cached per machine fingerprint (:func:`dynatune.machine.target.machine_fingerprint`) in
-``~/.cache/dynatune/roofline/`` (or under ``$DYNATUNE_CACHE_DIR``): measure it on quiet cores once,
-every run after reads it. An entry measured another way (another ``method``, as the numpy-only
-figures written before MLAS was measured) is measured again. Only CPU targets have one here (``None``
-otherwise).
+``~/.cache/dynatune/roofline/`` (or under ``$DYNATUNE_CACHE_DIR``): measured on quiet cores once, every
+run after reads it. An entry measured another way (another ``method``, as the numpy-only figures
+written before MLAS was measured, or those measured without a look at the load) is measured again.
+
+A shared machine: the load on the cores is probed while the figures are measured
+(:mod:`dynatune.machine.load`). Other work on the cores only lowers them, and a peak cached low would
+tell every later run's beliefs that its kernels had no headroom left (a peak measured at 07:19 beside
+other work read 105 GFLOP/s where the quiet figure is 206, BENCHMARKS.md session 35). Figures measured
+on busy cores (:meth:`~dynatune.machine.load.QuietPolicy.busy`) are used by the run that measured them
+and cached as ``under_load``: the next run measures again, and keeps the best of each figure (load
+cannot raise one), until a measurement on quiet cores makes the entry final. Only CPU targets have one
+here (``None`` otherwise).
 
 The belief model that uses it is :mod:`dynatune.beliefs.headroom`.
 """
@@ -28,15 +36,16 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from dynatune.files import atomic_write_json, cache_root
 
 log = logging.getLogger(__name__)
 
 # How the figures are measured; a cached entry measured otherwise is measured again.
-METHOD = "peak=max(onnxruntime-mlas,numpy-blas)@sgemm1024|bandwidth=copy64MiB"
+METHOD = "peak=max(onnxruntime-mlas,numpy-blas)@sgemm1024|bandwidth=copy64MiB|load-probed"
 GEMM_N = 1024
+MIN_LOAD_WINDOW_S = 0.25  # a shorter measurement's load is not read: /proc/stat counts in 10 ms ticks
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class Roofline:
     measured: str = ""  # date and time of the measurement
     method: str = ""  # how it was measured (METHOD; "" before MLAS was measured)
     peaks: dict = field(default_factory=dict)  # FLOP/s of each GEMM measured: {"onnxruntime-mlas": ...}
+    load: dict | None = None  # the load on the cores while they were measured (dynatune.machine.load.Load)
+    under_load: bool = False  # measured on busy cores: the next run measures again
 
     def bound_s(self, flops: float, bytes_moved: float) -> float:
         """The least latency a kernel with this work and traffic can have here (0 when both are unknown)."""
@@ -67,6 +78,16 @@ class Roofline:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def at_least(self, other: "Roofline") -> "Roofline":
+        """These figures, each raised to ``other``'s where that is higher (load only ever lowers one)."""
+        peaks = {k: max(v, other.peaks.get(k, 0.0)) for k, v in self.peaks.items()}
+        return replace(
+            self,
+            peak_flops=max(self.peak_flops, other.peak_flops),
+            bandwidth=max(self.bandwidth, other.bandwidth),
+            peaks={**other.peaks, **peaks},
+        )
 
 
 def compulsory_bytes(mod) -> float:
@@ -164,9 +185,13 @@ def _best_rate(fn, work: float, seconds: float) -> float:
             return best
 
 
-def machine_roofline(target, cache_dir: str | None = None, remeasure: bool = False) -> Roofline | None:
-    """This machine's roofline for ``target``: from the cache, else measured now and cached. None off CPU."""
-    from dynatune.machine.target import machine_fingerprint, usable_cores
+def machine_roofline(target, cache_dir: str | None = None, remeasure: bool = False, quiet=None):
+    """This machine's roofline for ``target``: from the cache, else measured now and cached. None off CPU.
+
+    ``quiet`` (a :class:`~dynatune.machine.load.QuietPolicy`, the default one if None) says when the cores
+    were too busy for the figures to be final. ``remeasure`` measures again and replaces the entry."""
+    from dynatune.machine.load import Load, QuietPolicy
+    from dynatune.machine.target import machine_fingerprint
 
     if target.kind.name != "llvm":
         return None
@@ -174,26 +199,60 @@ def machine_roofline(target, cache_dir: str | None = None, remeasure: bool = Fal
     path = os.path.join(
         cache_dir or cache_root("roofline"), hashlib.sha256(fp.encode()).hexdigest()[:16] + ".json"
     )
-    if not remeasure and os.path.exists(path):
-        try:
-            with open(path) as f:
-                cached = Roofline(**json.load(f))
-            if cached.method == METHOD:
-                return cached
-            log.info("roofline: the cached figures were measured another way (%r): again", cached.method)
-        except (OSError, ValueError, TypeError):
-            pass  # damaged: measure again
-    peaks = measure_peaks(usable_cores())
-    if not peaks:
-        raise RuntimeError("roofline: no GEMM library could measure the peak compute here")
-    roof = Roofline(
-        max(peaks.values()),
-        measure_bandwidth(),
-        fp,
-        time.strftime("%Y-%m-%dT%H:%M:%S"),
-        method=METHOD,
-        peaks=peaks,
-    )
+    cached = None if remeasure else _cached(path)
+    if cached is not None and not cached.under_load:
+        return cached
+    roof = _measure(fp, quiet or QuietPolicy())
+    if cached is not None:
+        roof = roof.at_least(cached)
+    if roof.under_load:
+        log.warning(
+            "roofline: measured while %s; this run uses the figures (peak %.0f GFLOP/s), the next one "
+            "measures them again",
+            Load.from_dict(roof.load).describe(),  # busy: its load was read
+            roof.peak_flops / 1e9,
+        )
     os.makedirs(os.path.dirname(path), exist_ok=True)
     atomic_write_json(path, roof.as_dict())
     return roof
+
+
+def _cached(path: str) -> Roofline | None:
+    """The entry at ``path`` if it was measured the current way (None: none, damaged, or another way)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            cached = Roofline(**json.load(f))
+    except (OSError, ValueError, TypeError):
+        return None  # damaged: measure again
+    if cached.method != METHOD:
+        log.info("roofline: the cached figures were measured another way (%r): again", cached.method)
+        return None
+    return cached
+
+
+def _measure(fingerprint: str, quiet) -> Roofline:
+    """The figures measured now, with the load on the cores meanwhile."""
+    from dynatune.machine.load import LoadProbe
+    from dynatune.machine.target import usable_cores
+
+    threads = usable_cores()
+    probe = LoadProbe()
+    peaks = measure_peaks(threads)
+    if not peaks:
+        raise RuntimeError("roofline: no GEMM library could measure the peak compute here")
+    bandwidth = measure_bandwidth()
+    load = probe.stop()
+    if load.seconds < MIN_LOAD_WINDOW_S:
+        load = None
+    return Roofline(
+        max(peaks.values()),
+        bandwidth,
+        fingerprint,
+        time.strftime("%Y-%m-%dT%H:%M:%S"),
+        method=METHOD,
+        peaks=peaks,
+        load=load.as_dict() if load is not None else None,
+        under_load=quiet.busy(load, threads),
+    )

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import calm_policy
 from scipy.stats import spearmanr
 from synthetic_traces import staircase_traces
 
@@ -131,7 +132,7 @@ def test_roofline_bound_and_bytes(tmp_path, cpu_target):
     conv = next(t for t in extract_tasks(model, cpu_target) if t.name.startswith("fused_conv2d_add_relu"))
     # input 3x16x16, weight 8x3x3x3, bias 8, output 8x16x16, float32
     assert compulsory_bytes(conv.mod) == 4 * (3 * 256 + 8 * 27 + 8 + 8 * 256)
-    measured = machine_roofline(cpu_target, cache_dir=str(tmp_path / "roof"))
+    measured = machine_roofline(cpu_target, cache_dir=str(tmp_path / "roof"), quiet=calm_policy())
     assert measured.peak_flops > 1e9 and measured.bandwidth > 1e8 and "llvm" in measured.fingerprint
     again = machine_roofline(cpu_target, cache_dir=str(tmp_path / "roof"))
     assert again == measured  # cached per machine: not measured twice

@@ -1,15 +1,20 @@
 """The roofline's peak: the best float32 GEMM of ONNX Runtime's MLAS and numpy's BLAS, cached per machine
-(an entry measured the old, numpy-only way is measured again), and each task's bound on the higher roof
-of compute and bandwidth."""
+(an entry measured the old, numpy-only way is measured again; one measured on busy cores is measured again
+by the next run), and each task's bound on the higher roof of compute and bandwidth."""
 
 import glob
 import json
 import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
+from helpers import calm_policy
 
 from dynatune.machine import roofline
+from dynatune.machine.load import QuietPolicy
 from dynatune.machine.roofline import METHOD, Roofline, compulsory_bytes, machine_roofline, mlas_peak
 from dynatune.machine.target import usable_cores
 
@@ -76,10 +81,47 @@ def test_an_entry_measured_the_old_way_is_measured_again(monkeypatch, tmp_path, 
 
 
 def test_a_real_measurement_keeps_both_peaks(tmp_path, cpu_target):
-    roof = machine_roofline(cpu_target, cache_dir=str(tmp_path))
+    roof = machine_roofline(cpu_target, cache_dir=str(tmp_path), quiet=calm_policy())
     assert set(roof.peaks) == {"onnxruntime-mlas", "numpy-blas"} and min(roof.peaks.values()) > 0
     assert roof.peak_flops == max(roof.peaks.values()) and roof.bandwidth > 1e8
     assert machine_roofline(cpu_target, cache_dir=str(tmp_path)) == roof
+
+
+def test_a_roofline_measured_on_busy_cores_is_measured_again_next_run(monkeypatch, tmp_path, cpu_target):
+    """A real measurement beside a busy loop on the same cores: used, cached as under load, measured again
+    by the next call, which keeps the best of each figure; an entry measured on quiet cores is final."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # the loop is running
+        loaded = machine_roofline(cpu_target, cache_dir=str(tmp_path))
+    finally:
+        busy.kill()
+        busy.wait()
+    assert loaded.under_load and loaded.load["busy_cores"] > QuietPolicy().tolerance_cores
+    assert loaded.peak_flops > 0 and loaded.bandwidth > 0
+    (path,) = glob.glob(os.path.join(tmp_path, "*.json"))
+    with open(path) as f:
+        assert json.load(f)["under_load"]
+    # the next run measures again (counted quiet here, whatever else shares this machine's cores)
+    again = machine_roofline(cpu_target, cache_dir=str(tmp_path), quiet=calm_policy())
+    assert not again.under_load and again.load is not None and again.load != loaded.load
+    assert again.peak_flops >= loaded.peak_flops and again.bandwidth >= loaded.bandwidth
+    assert all(again.peaks[name] >= peak for name, peak in loaded.peaks.items())
+    _fake(monkeypatch, RuntimeError("measured twice"), RuntimeError("measured twice"))
+    assert machine_roofline(cpu_target, cache_dir=str(tmp_path)) == again  # final: read, not measured
+
+
+def test_an_entry_measured_under_load_keeps_its_best_figures(monkeypatch, tmp_path, cpu_target):
+    """A measurement lower than the entry it replaces (more load the second time) keeps the entry's."""
+    _fake(monkeypatch, 4.8e11, 2e11, bandwidth=2e10)
+    first = machine_roofline(cpu_target, cache_dir=str(tmp_path))
+    (path,) = glob.glob(os.path.join(tmp_path, "*.json"))
+    with open(path, "w") as f:
+        json.dump(first.as_dict() | {"under_load": True}, f)
+    _fake(monkeypatch, 1e11, 2.5e11, bandwidth=1e10)
+    roof = machine_roofline(cpu_target, cache_dir=str(tmp_path))
+    assert roof.peaks == {"onnxruntime-mlas": 4.8e11, "numpy-blas": 2.5e11}
+    assert roof.peak_flops == 4.8e11 and roof.bandwidth == 2e10
 
 
 def _low_intensity_model(path):
