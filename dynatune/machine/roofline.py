@@ -185,7 +185,9 @@ def _best_rate(fn, work: float, seconds: float) -> float:
             return best
 
 
-def machine_roofline(target, cache_dir: str | None = None, remeasure: bool = False, quiet=None):
+def machine_roofline(
+    target, cache_dir: str | None = None, remeasure: bool = False, quiet=None
+) -> Roofline | None:
     """This machine's roofline for ``target``: from the cache, else measured now and cached. None off CPU.
 
     ``quiet`` (a :class:`~dynatune.machine.load.QuietPolicy`, the default one if None) says when the cores
