@@ -87,6 +87,7 @@ def test_a_real_measurement_keeps_both_peaks(tmp_path, cpu_target):
     assert machine_roofline(cpu_target, cache_dir=str(tmp_path)) == roof
 
 
+@pytest.mark.slow  # a busy process beside two real measurements
 def test_a_roofline_measured_on_busy_cores_is_measured_again_next_run(monkeypatch, tmp_path, cpu_target):
     """A real measurement beside a busy loop on the same cores: used, cached as under load, measured again
     by the next call, which keeps the best of each figure; an entry measured on quiet cores is final."""
