@@ -119,6 +119,7 @@ class TuningRun:
         self.on_stage = on_stage or (lambda name, detail="": None)
         self.tuner = None
         self.library = None
+        self.roofline = None  # this machine's, read or measured once per run (the beliefs' and the profile's)
         self._compiled_tasks = None  # what the profile reads, when the compiled model's tasks differ
         self._lock = None
 
@@ -160,6 +161,8 @@ class TuningRun:
             if self.library:
                 self.library.seed(self.session)
             self.anchors = self._anchors()
+            # a device farm measures elsewhere: this machine's roofline does not apply
+            self.roofline = None if cfg.measure.rpc else machine_roofline(self.target)
             self.tuner = Tuner(
                 self.session,
                 cfg.scheduler.name,
@@ -169,8 +172,7 @@ class TuningRun:
                 scheduler_params=cfg.scheduler.params,
                 warmup_share=cfg.warmup_share,
                 warmup_trials=cfg.warmup_trials,
-                # a device farm measures elsewhere: this machine's roofline does not apply
-                roofline=None if cfg.measure.rpc else machine_roofline(self.target),
+                roofline=self.roofline,
                 anchors=self.anchors,
             )
             atomic_write_json(WorkDir(cfg.work_dir).tasks, [t.as_dict() for t in self.tasks])
@@ -240,17 +242,15 @@ class TuningRun:
         """Per-kernel profile of the compiled model (``report/profile.json`` and ``.md``): each call timed in
         the model beside its task's best schedule timed alone, and where the gap to the estimate goes."""
         from dynatune.compiler.profile import write_profile
-        from dynatune.machine.roofline import machine_roofline
 
         self.on_stage("profile")
-        roofline = None if self.cfg.measure.rpc else machine_roofline(self.target)
         return write_profile(
             artifact,
             self.model,
             self._compiled_tasks or self.session,
             WorkDir(self.cfg.work_dir).report_dir,
             quiet=self.cfg.compile.quiet(),
-            roofline=roofline,
+            roofline=self.roofline,  # the one the run's beliefs used: not measured again
         )
 
     def __exit__(self, *exc) -> None:
