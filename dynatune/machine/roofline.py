@@ -110,12 +110,6 @@ def compulsory_bytes(mod) -> float:
     return total
 
 
-def measure_roofline(threads: int, seconds: float = 0.5) -> tuple[float, float]:
-    """(peak FLOP/s, bandwidth bytes/s) measured here, each the best over about ``seconds`` per method."""
-    peaks = measure_peaks(threads, seconds)
-    return max(peaks.values(), default=0.0), measure_bandwidth(seconds)
-
-
 def measure_peaks(threads: int, seconds: float = 0.5) -> dict[str, float]:
     """FLOP/s of a float32 GEMM by each library here (one that fails is left out, with a warning)."""
     peaks = {}
