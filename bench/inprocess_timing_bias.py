@@ -56,8 +56,8 @@ def main(argv=None) -> int:
     import tvm
 
     from dynatune.compiler.compile import build, export
+    from dynatune.compiler.execution import onnxruntime_session, relax_vm
     from dynatune.compiler.fresh_timing import time_in_fresh_process
-    from dynatune.compiler.runtime import onnxruntime_session, relax_vm
     from dynatune.compiler.timing import time_side_by_side
     from dynatune.machine.target import make_target, usable_cores
     from dynatune.model.importer import load_model

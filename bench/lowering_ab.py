@@ -47,7 +47,7 @@ def main() -> None:
     import tvm
 
     from dynatune.compiler.compile import build, verify
-    from dynatune.compiler.runtime import load, onnxruntime_session, relax_vm
+    from dynatune.compiler.execution import load, onnxruntime_session, relax_vm
     from dynatune.compiler.timing import interleave, ort_block_timer, vm_block_timer
     from dynatune.files import WorkDir
     from dynatune.machine.load import LoadProbe

@@ -29,7 +29,7 @@ def main() -> None:
 
     import tvm
 
-    from dynatune.compiler.runtime import load, onnxruntime_session
+    from dynatune.compiler.execution import load, onnxruntime_session
     from dynatune.compiler.timing import time_side_by_side
     from dynatune.machine.target import usable_cores
     from dynatune.model.importer import load_model

@@ -10,8 +10,10 @@ Run every few minutes by a deployment (``prefect.yaml``'s ``watch-registry``, or
    MLflow run carries ``model_version``; the run goes to the registry's store, experiment
    ``dynatune/NAME``, work dir ``<work_root>/NAME/v<VERSION>``, warm-started from the newest earlier
    tuned version's work dir when it is on this machine;
-4. links the result back: model-version tags (run id, artifact URI ``runs:/<run>/compiled/model.so``,
-   latency) and the alias ``tuned`` on the newest tuned version.
+4. registers the run's tuned model (its MLflow pyfunc model) as a version of ``NAME-tuned``, links it
+   and the ONNX version both ways (tags), and moves ``NAME-tuned``'s alias ``champion`` to it only when
+   it is not slower than the champion, timed side by side on quiet cores, and matched ONNX Runtime's
+   outputs (see :mod:`tasks.registry`).
 
 A failed tuning marks the version ``failed`` (with the error) and is retried by later runs, up to
 ``max_attempts`` tries. A second run finds nothing to do for a version already tuned.
@@ -77,6 +79,8 @@ def watch_registry(
                 pv.previous_work_dir,
             )
             summary = tune_model(cfg)
+            quiet = validate_dict({k: v for k, v in cfg.items() if k != "_source"}).compile.quiet()
+            linked = link_tuned_version(uri, pv.name, pv.version, summary, quiet)
         except Exception as exc:
             msg = str(exc).strip().splitlines()
             error = mask(msg[-1]) if msg else ""
@@ -90,7 +94,7 @@ def watch_registry(
                 }
             )
             continue
-        done.append(link_tuned_version(uri, pv.name, pv.version, summary) | {"status": "tuned"})
+        done.append(linked | {"status": "tuned"})
     return done
 
 

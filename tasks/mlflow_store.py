@@ -23,6 +23,20 @@ log = logging.getLogger(__name__)
 _SCHEME = "sqlite:///"
 
 
+def point_mlflow_at(uri: str) -> None:
+    """MLflow's fluent API (``mlflow.log_*``, ``mlflow.start_run``) on the store ``uri``, without leaving
+    it in the environment: MLflow exports the URI there, and a later run in this process (a flow tuning
+    several models) would take this run's store, and its work dir, for its own."""
+    import mlflow
+
+    exported = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    if exported is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = exported
+
+
 def sqlite_path(uri: str) -> str | None:
     """The file a ``sqlite:///`` ``uri`` names, without its query (``None`` for another kind of store)."""
     if not uri.startswith(_SCHEME):

@@ -29,7 +29,8 @@ from dynatune.files import WorkDir
 from dynatune.run.callbacks import RunCallback
 from dynatune.run.summary import RunSummary
 from dynatune.secrets import mask, mask_all
-from tasks.mlflow_store import seed_sqlite_store, sqlite_path
+from tasks.mlflow_store import point_mlflow_at, seed_sqlite_store, sqlite_path
+from tasks.tuned_model import MODEL_NAME, log_tuned_model
 
 ROUND_METRICS = (
     "estimated_latency_ms",
@@ -140,7 +141,6 @@ class Tracker:
     ):
         """``continues``: the run this one goes on from, in a copied or moved work dir (``{"run_id": ...,
         "work_dir": ...}``): tagged on the new run."""
-        import mlflow
         from mlflow import MlflowClient
 
         # MLflow prints each finished run's URL, credentials included: dynatune prints its own, masked
@@ -149,14 +149,7 @@ class Tracker:
         self.uri = cfg.tracking.uri
         check_tracking_uri(self.uri)
         seed_sqlite_store(self.uri)  # a new work dir's store without MLflow's migrations
-        exported = os.environ.get("MLFLOW_TRACKING_URI")
-        mlflow.set_tracking_uri(self.uri)
-        # MLflow exports the URI to the environment: a later run in this process (a flow tuning several
-        # models) would take this run's store, and its work dir, for its own
-        if exported is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = exported
+        point_mlflow_at(self.uri)
         self.client = MlflowClient(self.uri)
         exp = self.client.get_experiment_by_name(cfg.tracking.experiment)
         follow_copied_store(self.uri, cfg.work_dir, exp)
@@ -299,6 +292,11 @@ class Tracker:
             self.client.log_artifacts(self.run_id, path, artifact_path)
         elif os.path.exists(path):
             self.client.log_artifact(self.run_id, path, artifact_path)
+
+    @_timed
+    def log_tuned_model(self, library: str):
+        """The compiled ``library`` as this run's MLflow model (:func:`tasks.tuned_model.log_tuned_model`)."""
+        return log_tuned_model(library, self.run_id, self.uri)
 
     @_timed
     def set_tags(self, tags: dict) -> None:
@@ -478,13 +476,14 @@ class MlflowCallback(RunCallback):
         summary.mlflow_run_id = t.run_id
         summary.mlflow_tracking_uri = mask(t.uri)
         summary.mlflow_ui = t.ui_hint()
+        if summary.artifact:  # the tuned model, as an MLflow model users load, serve and register
+            info = t.log_tuned_model(summary.artifact)
+            summary.tuned_model_uri, summary.tuned_model_id = f"runs:/{t.run_id}/{MODEL_NAME}", info.model_id
         t.log_dict(summary.to_dict(), "summary.json")
         t.log_artifact(report_dir, "report")
         wd = WorkDir(summary.work_dir)
         t.log_artifact(wd.db, "tuning_db")
         t.log_artifact(wd.tasks)
-        if summary.artifact:
-            t.log_artifact(summary.artifact, "compiled")
         summary.tracking_s = round(t.log_seconds, 3)
         t.finish("FINISHED" if summary.numerics_ok is not False else "FAILED")
 

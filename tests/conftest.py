@@ -59,3 +59,24 @@ def cpu_target():
 def tiny_onnx(tmp_path):
     """A small conv net written with onnx.helper (conv-relu-conv-add-globalpool-gemm)."""
     return make_tiny_onnx(str(tmp_path / "tiny.onnx"))
+
+
+@pytest.fixture(scope="session")
+def compiled_tiny(tmp_path_factory, cpu_target):
+    """The tiny model compiled untuned, checked and timed against ONNX Runtime as a run compiles its model:
+    ``{"library": model.so, "metadata": model.json, "onnx": the model, "report": CompileReport}``."""
+    from dynatune.compiler.compile import compile_and_verify
+    from dynatune.model.importer import load_model
+
+    d = tmp_path_factory.mktemp("compiled-tiny")
+    onnx_path = make_tiny_onnx(str(d / "tiny.onnx"), batch=1, channels=8)
+    report = compile_and_verify(
+        load_model(onnx_path),
+        cpu_target,
+        None,
+        str(d / "model.so"),
+        threads=2,
+        measure_untuned=False,
+        repeat=2,
+    )
+    return {"library": report.artifact, "metadata": report.metadata, "onnx": onnx_path, "report": report}

@@ -312,7 +312,7 @@ def run_in_plain_tvm(model, artifact: str, tmp_path, extra_check: str = ""):
     import numpy as np
 
     from dynatune.compiler.compile import compare
-    from dynatune.compiler.runtime import onnxruntime_outputs
+    from dynatune.compiler.execution import onnxruntime_outputs
 
     x = model.random_inputs(0)[model.inputs[0].name]
     np.save(tmp_path / "x.npy", x)

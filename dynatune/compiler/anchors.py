@@ -87,7 +87,7 @@ class OnnxRuntimeProfile:
     def __init__(self, model, threads: int, block_ms: float = 50.0):
         import onnxruntime as ort
 
-        from dynatune.compiler.runtime import onnxruntime_session
+        from dynatune.compiler.execution import onnxruntime_session
 
         self._dir = tempfile.mkdtemp(prefix="ort-profile-")
         # removed when the profile is read, or when this object goes away unread (a run that failed)

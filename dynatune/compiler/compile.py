@@ -30,8 +30,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from dynatune.compiler import artifact_metadata
+from dynatune.compiler.execution import load, onnxruntime_session, relax_vm, run, time_vm
 from dynatune.compiler.fresh_timing import time_in_fresh_process
-from dynatune.compiler.runtime import load, onnxruntime_session, relax_vm, run, time_vm
 from dynatune.errors import DynatuneError
 from dynatune.machine.load import QuietPolicy
 from dynatune.machine.target import gpu_default_schedule
@@ -49,11 +50,13 @@ class VerifyResult:
     outputs: int
     per_input_rel_err: list[float] = field(default_factory=list)  # :func:`verify`: one per input
     seeds: list[int] = field(default_factory=list)  # ... the inputs' seeds (Model.random_inputs)
+    reference: list = field(default_factory=list, repr=False)  # ... ONNX Runtime's outputs for the first
 
 
 @dataclass
 class CompileReport:
     artifact: str
+    metadata: str  # the artifact's metadata file (dynatune.compiler.artifact_metadata), beside it
     latency_ms: float
     latency_std_ms: float
     untuned_latency_ms: float | None
@@ -174,10 +177,11 @@ def verify(
     (default: ``model`` itself)."""
     seeds = list(range(VERIFY_INPUTS) if seeds is None else seeds)
     sess = onnxruntime_session(model if reference is None else reference, threads)
-    checks = []
+    checks, references = [], []
     for seed in seeds:
         inputs = model.random_inputs(seed)
-        checks.append(compare(run(vm, model, inputs, device), sess.run(None, inputs), rel_tol))
+        references.append(sess.run(None, inputs))
+        checks.append(compare(run(vm, model, inputs, device), references[-1], rel_tol))
     return VerifyResult(
         max_abs_err=max(c.max_abs_err for c in checks),
         max_rel_err=max(c.max_rel_err for c in checks),
@@ -185,6 +189,7 @@ def verify(
         outputs=checks[0].outputs,
         per_input_rel_err=[c.max_rel_err for c in checks],
         seeds=seeds,
+        reference=references[0],
     )
 
 
@@ -204,7 +209,9 @@ def compile_and_verify(
     quiet: QuietPolicy = QuietPolicy(),
     on_stage=None,
 ) -> CompileReport:
-    """``on_stage(name)`` is called as each stage starts: "compile", "verify", "timing", "untuned model"."""
+    """``on_stage(name)`` is called as each stage starts: "compile", "verify", "timing", "untuned model".
+    The artifact's metadata (:mod:`dynatune.compiler.artifact_metadata`) is written beside it once it is
+    verified, and gets the side-by-side timing once that is taken."""
     import tvm
 
     from dynatune.machine.target import target_device
@@ -219,6 +226,9 @@ def compile_and_verify(
     vm = load(artifact_path, dev)
     stage("verify")
     check = verify(vm, model, dev, threads=threads, rel_tol=rel_tol, seeds=range(seed, seed + VERIFY_INPUTS))
+    metadata = artifact_metadata.write(
+        artifact_path, artifact_metadata.describe(artifact_path, model, target, check.reference, threads)
+    )
     inputs = model.random_inputs(seed)
     side = {}
     stage("timing")
@@ -232,6 +242,7 @@ def compile_and_verify(
             seed=seed,
             quiet=quiet,
         )
+        artifact_metadata.record_timing(artifact_path, sbs)
         lat, std, ort_ms = sbs.tvm_median_ms, float(np.std(sbs.tvm_ms)), sbs.ort_median_ms
         side = dict(
             ratio_vs_onnxruntime=sbs.ratio_median,
@@ -251,6 +262,7 @@ def compile_and_verify(
         untuned = time_vm(vm0, model, inputs, dev, repeat=max(3, repeat // 3))[0]
     return CompileReport(
         artifact=os.path.abspath(artifact_path),
+        metadata=os.path.abspath(metadata),
         latency_ms=lat,
         latency_std_ms=std,
         untuned_latency_ms=untuned,

@@ -65,6 +65,45 @@ def time_in_fresh_process(
         "seed": seed,
         "block_ms": block_ms,
     }
+    return _quiet_timing(spec, artifact, threads, quiet)
+
+
+def time_against_baseline(
+    artifact: str,
+    baseline: str,
+    *,
+    rounds: int = 7,
+    seed: int = 0,
+    block_ms: float = 200.0,
+    quiet: QuietPolicy = QuietPolicy(),
+) -> SideBySide:
+    """Time two compiled models (each with its metadata beside it, :mod:`dynatune.runtime`) side by side
+    in a child process, each on seeded random inputs of its own: ``tvm_ms`` are ``artifact``'s rounds,
+    ``ort_ms`` the ``baseline``'s (the ratio is artifact / baseline). Each is loaded as its user loads it
+    (:func:`dynatune.runtime.load`: the thread pool it was timed with). Retried and flagged on a busy
+    machine as :func:`time_in_fresh_process` is."""
+    from dynatune.runtime import read_metadata
+
+    for path in (artifact, baseline):
+        if not os.path.isfile(path):
+            raise DynatuneError(f"timing {os.path.basename(artifact)} failed: no such file {path}")
+    spec = {
+        "artifact": os.path.abspath(artifact),
+        "baseline": os.path.abspath(baseline),
+        "rounds": rounds,
+        "seed": seed,
+        "block_ms": block_ms,
+    }
+    threads = int(read_metadata(artifact)["thread_pool"].get("TVM_NUM_THREADS", 0)) or None
+    return _quiet_timing(spec, artifact, threads, quiet)
+
+
+def _quiet_timing(spec: dict, artifact: str, threads: int | None, quiet: QuietPolicy) -> SideBySide:
+    """The child's timing of ``spec``, tried again while the machine is busy (``threads``: the cores it
+    needs), the least loaded kept and flagged when it stays busy."""
+    from dynatune.machine.target import usable_cores
+
+    threads = threads or usable_cores()
     kept = None
     for attempt in range(1, quiet.attempts + 1):
         before = probe(quiet.probe_s)
@@ -109,9 +148,11 @@ def _time_in_child(spec: dict, artifact: str) -> SideBySide:
 
 
 def _time(spec: dict) -> SideBySide:
+    if "baseline" in spec:
+        return _time_two_artifacts(spec)
     import tvm
 
-    from dynatune.compiler.runtime import load, onnxruntime_session
+    from dynatune.compiler.execution import load, onnxruntime_session
     from dynatune.compiler.timing import time_side_by_side
     from dynatune.model.importer import ModelInput, random_inputs, runtime_proto
 
@@ -122,6 +163,24 @@ def _time(spec: dict) -> SideBySide:
     return time_side_by_side(
         vm, sess, random_inputs(inputs, spec["seed"]), dev, rounds=spec["rounds"], block_ms=spec["block_ms"]
     )
+
+
+def _time_two_artifacts(spec: dict) -> SideBySide:
+    from dynatune.compiler.timing import interleave, vm_block_timer
+    from dynatune.machine.load import LoadProbe
+    from dynatune.model.importer import ModelInput, random_inputs
+    from dynatune.runtime import load
+
+    timers = []
+    for path in (spec["artifact"], spec["baseline"]):
+        model = load(path)
+        inputs = random_inputs(
+            [ModelInput(n, shape, dtype) for n, shape, dtype in model.inputs], spec["seed"]
+        )
+        timers.append(vm_block_timer(model.vm, inputs, model.device, spec["block_ms"]))
+    load_probe = LoadProbe()
+    ms, baseline_ms = interleave(timers, spec["rounds"], pause_s=0.05)
+    return SideBySide(ms, baseline_ms, load=load_probe.stop().as_dict())
 
 
 def main() -> int:

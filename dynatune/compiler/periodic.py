@@ -84,9 +84,9 @@ class PeriodicMeasurement:
         import tvm
 
         from dynatune.compiler.compile import build, export
+        from dynatune.compiler.execution import relax_vm
         from dynatune.compiler.fresh_timing import time_in_fresh_process
         from dynatune.compiler.residual import TaskTimers, measure_residual
-        from dynatune.compiler.runtime import relax_vm
         from dynatune.compiler.timing import vm_block_timer
         from dynatune.machine.target import target_device
 

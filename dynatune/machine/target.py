@@ -5,13 +5,9 @@ from __future__ import annotations
 import os
 
 from dynatune.errors import DynatuneError
+from dynatune.runtime import DEFAULTED_VARS_MARK, cpu_features, usable_cores
 
-
-def usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
+__all__ = ["usable_cores"]  # (re-exported: the runtime counts the cores the same way)
 
 
 # TVM's pool threads spin this many sched_yield()s for the next job after one (TVM's default: 300,000,
@@ -27,9 +23,10 @@ def planned_cores(target) -> int:
 def set_tvm_thread_pool() -> None:
     """TVM's thread pool as dynatune runs it, set in the environment (``TVM_NUM_THREADS``,
     ``TVM_THREAD_POOL_SPIN_COUNT``, ``TVM_BIND_THREADS``, and OpenMP's ``OMP_WAIT_POLICY``), each unless the
-    user set it; called when
-    dynatune is imported, before TVM's pool starts, so every process inherits it: the tuning's workers,
-    the fresh timing process.
+    user set it (those it set are named in ``DYNATUNE_DEFAULTED_THREAD_POOL_VARS``, so that
+    :func:`dynatune.runtime.load` can tell them from the user's); called when dynatune is imported,
+    before TVM's pool starts, so every process inherits it: the tuning's workers, the fresh timing
+    process.
 
     - Every usable core. Left alone, TVM takes an x86 machine's cores for hyper-threads and uses half of
       them: one thread on a 2-core machine, where ONNX Runtime runs two (a 3x3 convolution of SqueezeNet:
@@ -43,9 +40,18 @@ def set_tvm_thread_pool() -> None:
       model took 154 ms instead of 4 (ONNX Runtime 14 ms). Unpinned: 7.7 ms; on quiet cores no
       difference was measurable (BENCHMARKS.md, session 13).
     """
-    os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
-    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(TVM_SPIN_COUNT))
-    os.environ.setdefault("TVM_BIND_THREADS", "0")
+    defaults = {
+        "TVM_NUM_THREADS": str(usable_cores()),
+        "TVM_THREAD_POOL_SPIN_COUNT": str(TVM_SPIN_COUNT),
+        "TVM_BIND_THREADS": "0",
+    }
+    defaulted = set(filter(None, os.environ.get(DEFAULTED_VARS_MARK, "").split(",")))
+    for var, value in defaults.items():
+        if var not in os.environ:
+            os.environ[var] = value
+            defaulted.add(var)
+    # what dynatune chose, not the user: the runtime's loader sets a model's own thread pool over these
+    os.environ[DEFAULTED_VARS_MARK] = ",".join(sorted(defaulted))
     # OpenMP (XGBoost's cost models) waits passively: its spinning threads made each boosting round 1.7x
     # slower with one core busy, and 12-27x slower beside a tuning's workers (bench/xgb_threads.py)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -152,17 +158,17 @@ def cpu_model_and_isa() -> tuple[str, list[str]]:
     """This CPU's model name and its ISA features that change code generation (from /proc/cpuinfo)."""
     import platform
 
-    name, flags = platform.processor() or platform.machine(), set()
+    name = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name" and name in ("", platform.machine()):
+                if key.strip() == "model name":
                     name = value.strip()
-                elif key.strip() in ("flags", "Features") and not flags:
-                    flags = set(value.split())
+                    break
     except OSError:
         pass
+    flags = cpu_features() or set()
     return name, [f for f in ISA_FLAGS if f in flags]
 
 

@@ -366,6 +366,8 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSumma
             max_abs_err=report.max_abs_err,
             numerics_ok=report.numerics_ok,
             artifact=report.artifact,
+            artifact_metadata=report.metadata,
+            threads=report.threads,
             ratio_vs_onnxruntime=report.ratio_vs_onnxruntime,
             ratio_vs_onnxruntime_min=report.ratio_vs_onnxruntime_min,
             ratio_vs_onnxruntime_max=report.ratio_vs_onnxruntime_max,

@@ -192,6 +192,13 @@ class LiveView(RunCallback):
                 f"could not pay one batch each): they run their untuned schedules"
             )
         lines.append(f"  compiled library: {s.artifact}")
+        if s.artifact_metadata:
+            lines.append(
+                f"  its metadata: {s.artifact_metadata} (timed on {s.threads} threads); run it at that speed "
+                f"with dynatune.runtime.load({s.artifact!r}).predict(inputs)"
+            )
         lines.append(f"  work dir: {s.work_dir}")
         lines.append(f"  MLflow run {s.mlflow_run_id}: {s.mlflow_ui or ''}")
+        if s.tuned_model_uri:
+            lines.append(f"  MLflow model: mlflow.pyfunc.load_model({s.tuned_model_uri!r})")
         print("\n".join(lines))

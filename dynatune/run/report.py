@@ -471,6 +471,10 @@ def markdown_report(summary: RunSummary | dict | None, rounds: list[dict], path:
     lines.append(f"| max relative error | {DASH if rel is None else f'{rel:.3g}'}{each} |")
     lines.append(f"| numerics ok | {_text(summary.numerics_ok)} |")
     lines.append(f"| artifact | {_md_escape(_text(summary.artifact))} |")
+    lines.append(
+        f"| its metadata (dynatune.runtime.load reads it) | {_md_escape(_text(summary.artifact_metadata))} |"
+    )
+    lines.append(f"| threads (TVM's and ONNX Runtime's) | {_int(summary.threads)} |")
     lines.append("")
     never = summary.never_tuned_tasks
     if never:

@@ -65,6 +65,14 @@ class RunSummary(BaseModel):
     max_abs_err: float | None = Field(None, description="largest absolute error vs ONNX Runtime's outputs")
     numerics_ok: bool | None = Field(None, description="max_rel_err within compile.rel_tol")
     artifact: str | None = Field(None, description="path of the compiled shared library")
+    artifact_metadata: str | None = Field(
+        None,
+        description="path of its metadata (target, CPU features, inputs and outputs, threads, the timing): "
+        "what dynatune.runtime.load reads",
+    )
+    threads: int | None = Field(
+        None, description="the threads the model was timed with, TVM's and ONNX Runtime's alike"
+    )
     work_dir: str | None = Field(None, description="the run's work directory")
     ratio_vs_onnxruntime: float | None = Field(
         None, description="TVM / ONNX Runtime latency, timed side by side: median of the rounds' ratios"
@@ -126,6 +134,10 @@ class RunSummary(BaseModel):
     mlflow_tracking_uri: str | None = Field(None, description="its tracking store (credentials masked)")
     mlflow_ui: str | None = Field(None, description="how to open the run in the MLflow UI")
     tracking_s: float | None = Field(None, description="seconds spent talking to MLflow")
+    tuned_model_uri: str | None = Field(
+        None, description="the tuned model as an MLflow pyfunc model: runs:/<run id>/tuned_model"
+    )
+    tuned_model_id: str | None = Field(None, description="its MLflow logged model id (models:/<id>)")
 
     # fields that summary.json holds only when they are known (as the dict it replaced did)
     ONLY_WHEN_SET: ClassVar[tuple[str, ...]] = (
@@ -140,6 +152,10 @@ class RunSummary(BaseModel):
         "mlflow_tracking_uri",
         "mlflow_ui",
         "tracking_s",
+        "artifact_metadata",
+        "threads",
+        "tuned_model_uri",
+        "tuned_model_id",
     )
 
     @field_validator("estimate_excludes", "never_tuned_tasks", "measurements", "retired_tasks", mode="before")

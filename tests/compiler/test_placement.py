@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dynatune.compiler.compile import build, verify
-from dynatune.compiler.runtime import relax_vm, run
+from dynatune.compiler.execution import relax_vm, run
 from dynatune.model.extract import Lowering, extract_tasks, fuse
 from dynatune.model.importer import load_model
 from dynatune.model.placement import concat_axis, into_slice

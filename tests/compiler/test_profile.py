@@ -9,9 +9,9 @@ import pytest
 from helpers import no_wait_policy
 
 from dynatune.compiler.compile import build, compile_and_verify, export
+from dynatune.compiler.execution import onnxruntime_outputs, relax_vm
 from dynatune.compiler.fresh_timing import time_in_fresh_process
 from dynatune.compiler.profile import make_vm, write_profile
-from dynatune.compiler.runtime import onnxruntime_outputs, relax_vm
 from dynatune.compiler.timing import alternate, time_side_by_side
 from dynatune.errors import DynatuneError
 from dynatune.machine.roofline import Roofline

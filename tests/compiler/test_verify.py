@@ -8,7 +8,7 @@ from helpers import make_tiny_onnx
 from onnx import numpy_helper
 
 from dynatune.compiler.compile import VERIFY_INPUTS, build, compile_and_verify, verify
-from dynatune.compiler.runtime import relax_vm, run
+from dynatune.compiler.execution import relax_vm, run
 from dynatune.model.importer import load_model
 
 

@@ -12,7 +12,7 @@ import pytest
 from helpers import few_trials_session, make_winograd_cnn
 
 from dynatune.compiler.compile import build, verify
-from dynatune.compiler.runtime import relax_vm
+from dynatune.compiler.execution import relax_vm
 from dynatune.compiler.winograd_choice import choose_winograd, paired_calls
 from dynatune.model.extract import Lowering, extract_tasks, fuse
 from dynatune.model.importer import load_model

@@ -8,7 +8,7 @@ import pytest
 from helpers import save_onnx
 
 from dynatune.compiler.compile import build, verify
-from dynatune.compiler.runtime import relax_vm
+from dynatune.compiler.execution import relax_vm
 from dynatune.machine.vector import VectorUnit
 from dynatune.model.channel_padding import padded_channels
 from dynatune.model.extract import Lowering, extract_tasks

@@ -193,7 +193,7 @@ def test_the_compiled_model_matches_onnxruntime_to_1e_5(name, cpu_target, tmp_pa
     import tvm
 
     from dynatune.compiler.compile import build, compare
-    from dynatune.compiler.runtime import onnxruntime_outputs, relax_vm, run
+    from dynatune.compiler.execution import onnxruntime_outputs, relax_vm, run
 
     model = _model(name, tmp_path)
     executable = build(model, cpu_target)

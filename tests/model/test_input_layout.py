@@ -7,7 +7,7 @@ import pytest
 from helpers import save_onnx
 
 from dynatune.compiler.compile import build, verify
-from dynatune.compiler.runtime import relax_vm
+from dynatune.compiler.execution import relax_vm
 from dynatune.model.extract import Lowering, extract_tasks, fuse
 from dynatune.model.importer import load_model
 

@@ -60,7 +60,7 @@ def test_a_model_with_dropout_converts_and_matches_onnxruntime(cpu_target, tmp_p
     import tvm
 
     from dynatune.compiler.compile import build, compare
-    from dynatune.compiler.runtime import onnxruntime_outputs, relax_vm, run
+    from dynatune.compiler.execution import onnxruntime_outputs, relax_vm, run
 
     model = load_model(randomized_light_model("squeezenet", str(tmp_path / "sq.onnx")))
     fused = fuse(model.bound_module(), cpu_target)

@@ -459,7 +459,7 @@ def test_the_compiled_model_matches_onnxruntime(name, cpu_target, tmp_path):
     import tvm
 
     from dynatune.compiler.compile import build, compare
-    from dynatune.compiler.runtime import onnxruntime_outputs, relax_vm, run
+    from dynatune.compiler.execution import onnxruntime_outputs, relax_vm, run
 
     model = _model(name, tmp_path)
     vm = relax_vm(build(model, cpu_target), tvm.cpu())

@@ -91,7 +91,7 @@ def test_shape_override_reaches_the_reference():
     too."""
     import numpy as np
 
-    from dynatune.compiler.runtime import onnxruntime_outputs
+    from dynatune.compiler.execution import onnxruntime_outputs
 
     name = load_model(light_model("squeezenet")).inputs[0].name
     model = load_model(light_model("squeezenet"), {name: (2, 3, 224, 224)})

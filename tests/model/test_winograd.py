@@ -9,7 +9,7 @@ import pytest
 from helpers import make_winograd_cnn
 
 from dynatune.compiler.compile import build, verify
-from dynatune.compiler.runtime import relax_vm
+from dynatune.compiler.execution import relax_vm
 from dynatune.model.extract import Lowering, extract_tasks
 from dynatune.model.importer import load_model
 from dynatune.model.winograd import RULES

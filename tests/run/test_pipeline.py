@@ -93,7 +93,12 @@ def test_flow_tracks_every_round_in_mlflow(first_run):
     ):
         assert len(client.get_metric_history(run.info.run_id, key)) == s["rounds"], key
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"beliefs", "report", "compiled", "tuning_db", "config.json", "summary.json", "tasks.json"} <= arts
+    assert {"beliefs", "report", "tuning_db", "config.json", "summary.json", "tasks.json"} <= arts
+    # the tuned model is the run's MLflow model (tests/run/test_tuned_model.py loads and serves one)
+    assert s["tuned_model_uri"] == f"runs:/{run.info.run_id}/tuned_model"
+    assert [m.model_id for m in client.search_logged_models([run.info.experiment_id])] == [
+        s["tuned_model_id"]
+    ]
     beliefs = [a.path for a in client.list_artifacts(run.info.run_id, "beliefs")]
     assert len(beliefs) == s["rounds"]
     report = {os.path.basename(a.path) for a in client.list_artifacts(run.info.run_id, "report")}
@@ -117,6 +122,15 @@ def test_compiled_library_loads_and_matches_onnxruntime(first_run):
     )  # at the tuned shape
     ref = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
     assert np.max(np.abs(y - ref)) / np.max(np.abs(ref)) < 1e-4
+    # its metadata beside it, with the timing the run reported
+    from dynatune.runtime import read_metadata
+
+    meta = read_metadata(s["artifact"])
+    assert s["artifact_metadata"] == os.path.splitext(s["artifact"])[0] + ".json"
+    assert meta["inputs"] == [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}]
+    assert meta["measured"]["latency_ms"] == pytest.approx(s["latency_ms"])
+    assert meta["measured"]["ratio_vs_onnxruntime"] == pytest.approx(s["ratio_vs_onnxruntime"])
+    assert meta["threads"]["timed"] == s["threads"] and s["threads"] >= 1
 
 
 def test_rerun_continues_rounds(first_run):

@@ -6,6 +6,7 @@ MLflow run linked to the old one, never writing into the original's artifacts.""
 import datetime
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -35,8 +36,9 @@ def _round(n: int) -> RoundRecord:
     return RoundRecord(n, 0, "conv_a", result, {}, 0.01, elapsed_s=n, decision_s=0, wall_s=1)
 
 
-def _track_a_run(tiny_onnx, work_dir, state: dict, so_bytes: bytes) -> tuple:
-    """What a run of the pipeline tells its MLflow callback, up to the end; returns (callback, summary)."""
+def _track_a_run(tiny_onnx, work_dir, state: dict, marker: str, compiled) -> tuple:
+    """What a run of the pipeline tells its MLflow callback, up to the end; returns (callback, summary).
+    Its compiled model is ``compiled``'s (the ``compiled_tiny`` fixture), its metadata marked ``marker``."""
     from dynatune.run.config import load_config
     from dynatune.run.pipeline import load_model
     from tasks.tracking import MlflowCallback
@@ -46,8 +48,11 @@ def _track_a_run(tiny_onnx, work_dir, state: dict, so_bytes: bytes) -> tuple:
     os.makedirs(wd.report_dir, exist_ok=True)
     with open(wd.tasks, "w") as f:
         json.dump([{"index": 0, "name": "conv_a"}], f)
-    with open(wd.model_so, "wb") as f:
-        f.write(so_bytes)
+    shutil.copyfile(compiled["library"], wd.model_so)
+    with open(compiled["metadata"]) as f:
+        meta = json.load(f) | {"marker": marker}
+    with open(os.path.splitext(wd.model_so)[0] + ".json", "w") as f:
+        json.dump(meta, f)
     model = load_model(cfg)
     cb = MlflowCallback()
     cb.on_start(RunStart(cfg, model, [], state, 0.02, 0, 0.0))
@@ -85,13 +90,13 @@ def _files(root) -> dict:
     return out
 
 
-def test_run_name_final_measurement_load_tag_and_task_names(tiny_onnx, tmp_path, capsys):
+def test_run_name_final_measurement_load_tag_and_task_names(tiny_onnx, tmp_path, capsys, compiled_tiny):
     from mlflow import MlflowClient
 
     from dynatune.cli import main
 
     work = tmp_path / "work"
-    cb, summary = _track_a_run(tiny_onnx, work, {}, b"model")
+    cb, summary = _track_a_run(tiny_onnx, work, {}, "model", compiled_tiny)
     uri = "sqlite:///" + WorkDir(str(work)).mlflow_db
     client = MlflowClient(uri)
     run = client.get_run(cb.tracker.run_id)
@@ -110,18 +115,21 @@ def test_run_name_final_measurement_load_tag_and_task_names(tiny_onnx, tmp_path,
     assert "taken under load: other work took 1.02 cores, 3 tries" in report
 
 
-def test_a_copied_work_dir_goes_on_in_a_new_run_and_leaves_the_original_alone(tiny_onnx, tmp_path):
+def test_a_copied_work_dir_goes_on_in_a_new_run_and_leaves_the_original_alone(
+    tiny_onnx, tmp_path, compiled_tiny
+):
     from mlflow import MlflowClient
 
     orig, copy = tmp_path / "orig", tmp_path / "copy"
-    first, _ = _track_a_run(tiny_onnx, orig, {}, b"original model")
+    first, _ = _track_a_run(tiny_onnx, orig, {}, "original model", compiled_tiny)
     old_id = first.tracker.run_id
     artifacts_before = _files(WorkDir(str(orig)).mlartifacts)
-    assert any(p.endswith(os.path.join("compiled", "model.so")) for p in artifacts_before)
+    metadata = os.path.join("artifacts", "artifacts", "model.json")  # in the run's tuned model
+    assert [p for p in artifacts_before if p.endswith(metadata)]
     subprocess.run(["cp", "-a", str(orig), str(copy)], check=True)
 
     state = json.load(open(WorkDir(str(copy)).run_state))
-    second, _ = _track_a_run(tiny_onnx, copy, state, b"the copy's model")
+    second, _ = _track_a_run(tiny_onnx, copy, state, "the copy's model", compiled_tiny)
     new_id = second.tracker.run_id
 
     assert new_id != old_id and state["mlflow_run_id"] == new_id
@@ -131,11 +139,14 @@ def test_a_copied_work_dir_goes_on_in_a_new_run_and_leaves_the_original_alone(ti
     assert new.data.tags["dynatune.continues_run"] == old_id
     assert new.data.tags["dynatune.continues_work_dir"] == os.path.realpath(orig)
     assert new.info.artifact_uri.startswith("file://" + WorkDir(str(copy)).mlartifacts)
-    compiled = os.path.join(new.info.artifact_uri[len("file://") :], "compiled", "model.so")
-    assert open(compiled, "rb").read() == b"the copy's model"
+    copied = _files(WorkDir(str(copy)).mlartifacts)  # the original's, copied along, and the new run's
+    markers = [json.loads(copied[p])["marker"] for p in copied if p.endswith(metadata)]
+    assert sorted(markers) == ["original model", "the copy's model"]  # its tuned model is there too
     orig_client = MlflowClient("sqlite:///" + WorkDir(str(orig)).mlflow_db)
     assert [r.info.run_id for r in orig_client.search_runs([first.tracker.experiment_id])] == [old_id]
 
     # resumed again where it now is: the same (new) run goes on
-    third, _ = _track_a_run(tiny_onnx, copy, json.load(open(WorkDir(str(copy)).run_state)), b"again")
+    third, _ = _track_a_run(
+        tiny_onnx, copy, json.load(open(WorkDir(str(copy)).run_state)), "again", compiled_tiny
+    )
     assert third.tracker.run_id == new_id and third.tracker.resumed

@@ -1,13 +1,16 @@
 """Running a compiled model and its ONNX Runtime reference: what both the compiler and the fresh timing
-process need (load an artifact, run it, time it; an ONNX Runtime session with a given thread count)."""
+process need (load an artifact, run it, time it; an ONNX Runtime session with a given thread count).
+A user of the artifact runs it with :mod:`dynatune.runtime` instead."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from dynatune.runtime import flatten_outputs
+
 
 def load(path: str, device):
-    """What a user of the artifact does: plain TVM, no dynatune."""
+    """The artifact in plain TVM (the compiler's check, before its metadata is written)."""
     import tvm
     from tvm import relax
 
@@ -18,19 +21,7 @@ def run(vm, model, inputs: dict[str, np.ndarray], device) -> list[np.ndarray]:
     import tvm
 
     args = [tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs]
-    out = vm["main"](*args)
-    return [o.numpy() for o in _flatten(out)]
-
-
-def _flatten(out):
-    import tvm
-
-    if isinstance(out, (list, tuple)) or hasattr(out, "__len__") and not isinstance(out, tvm.runtime.Tensor):
-        res = []
-        for o in out:
-            res.extend(_flatten(o))
-        return res
-    return [out]
+    return [o.numpy() for o in flatten_outputs(vm["main"](*args))]
 
 
 def time_vm(vm, model, inputs, device, repeat: int = 10, block_ms: float = 200.0) -> tuple[float, float]:

@@ -1,0 +1,207 @@
+"""The tuned model where its user runs it: each run's artifact loaded in a brand-new Python process that
+has imported nothing of dynatune, timed side by side with ONNX Runtime there, against the ratio the run
+reported.
+
+    python bench/deployed_speed.py runs/quickstart runs/mnasnet0_5 ... [--rounds 15] [--block-ms 200]
+
+For each work dir (a finished ``dynatune tune`` run: ``model.so``, its ``model.json``, ``report/summary.json``
+and the run's MLflow store), one fresh process per way of loading:
+
+- ``loader``: ``dynatune.runtime.load(model.so).predict(inputs)``, the README's first way;
+- ``pyfunc``: ``mlflow.pyfunc.load_model(summary.tuned_model_uri).predict(inputs)``, its second (dynatune is
+  not imported at all: the MLflow model brings its own copy of the loader);
+- ``plain TVM``: ``tvm.runtime.load_module`` + ``relax.VirtualMachine``, ``vm["main"](*tensors)``, with
+  nothing set: what a user who followed the README before it named ``TVM_NUM_THREADS`` got;
+- ``plain TVM, TVM_NUM_THREADS``: the same with ``TVM_NUM_THREADS`` set as ``model.json`` says.
+
+Each process times ``predict`` (numpy in, numpy out, as a user calls it) and ONNX Runtime's ``sess.run``
+(its defaults, as many intra-op threads as the model was timed with) in alternating blocks, the order
+swapped every round, on the same seeded inputs, and prints the per-round ratios. The process starts with
+no ``TVM_*``, ``OMP_*`` or ``DYNATUNE_*`` variable. The machine's load is probed before each process
+(dynatune.machine.load); a busy one is reported, not hidden. Target (issue #54): the loader's and pyfunc's
+ratio within 10 % of the run's. Results go to ``bench/results/deployed_speed.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "deployed_speed.json")
+
+WAYS = ("loader", "pyfunc", "plain TVM", "plain TVM, TVM_NUM_THREADS")
+
+# the child: imports numpy, onnxruntime, and what its way of loading needs; nothing of dynatune before it
+CHILD = r"""
+import json, os, sys, time
+spec = json.loads(sys.argv[1])
+t0 = time.perf_counter()
+import numpy as np
+way, meta = spec["way"], spec["metadata"]
+if way == "loader":
+    from dynatune.runtime import load
+    predict = load(spec["library"]).predict
+elif way == "pyfunc":
+    import mlflow
+    mlflow.set_tracking_uri(spec["tracking_uri"])
+    predict = mlflow.pyfunc.load_model(spec["model_uri"]).predict
+else:
+    import tvm
+    from tvm import relax
+    vm = relax.VirtualMachine(tvm.runtime.load_module(spec["library"]), tvm.cpu())
+    main = vm["main"]
+    def predict(inputs):
+        out = main(*[tvm.runtime.tensor(inputs[i["name"]]) for i in meta["inputs"]])
+        outs = out if isinstance(out, (list, tuple)) or not hasattr(out, "numpy") else [out]
+        return {o["name"]: t.numpy() for o, t in zip(meta["outputs"], outs)}
+load_s = time.perf_counter() - t0
+dynatune_modules = sorted(m for m in sys.modules if m.split(".")[0] == "dynatune")
+import onnxruntime as ort
+so = ort.SessionOptions()
+so.intra_op_num_threads = int(meta["thread_pool"]["TVM_NUM_THREADS"])
+so.inter_op_num_threads = 1
+sess = ort.InferenceSession(spec["onnx"], so, providers=["CPUExecutionProvider"])
+rng = np.random.default_rng(0)
+inputs = {i["name"]: rng.standard_normal(i["shape"]).astype(i["dtype"]) for i in meta["inputs"]}
+def block(f):
+    n, t = 0, time.perf_counter()
+    while True:
+        f()
+        n += 1
+        if time.perf_counter() - t >= spec["block_ms"] / 1e3:
+            return (time.perf_counter() - t) / n * 1e3
+sides = [lambda: predict(inputs), lambda: sess.run(None, inputs)]
+for f in sides:
+    block(f)
+ms = [[], []]
+for r in range(spec["rounds"]):
+    for k in (0, 1) if r % 2 == 0 else (1, 0):
+        time.sleep(0.05)
+        ms[k].append(block(sides[k]))
+import tvm
+threads = tvm.get_global_func("runtime.NumThreads")()
+print(json.dumps({"ms": ms[0], "ort_ms": ms[1], "load_s": load_s, "threads": threads,
+                  "dynatune_modules_at_load": dynatune_modules}))
+"""
+
+
+def run_child(spec: dict, extra_env: dict) -> dict:
+    drop = ("TVM_", "OMP_", "DYNATUNE_", "PYTHONPATH", "MLFLOW_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)} | extra_env
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=900
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{spec['way']}: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def pinned_onnx(config: dict, meta: dict, path: str) -> str:
+    """The run's ONNX model at the shapes it was tuned for (what ONNX Runtime runs in the child)."""
+    from dynatune.model.importer import ModelInput, runtime_proto
+
+    inputs = [ModelInput(i["name"], tuple(i["shape"]), i["dtype"]) for i in meta["inputs"]]
+    with open(path, "wb") as f:
+        f.write(runtime_proto(config["model"]["path"], inputs).SerializeToString())
+    return path
+
+
+def measure(work_dir: str, rounds: int, block_ms: float) -> dict:
+    import numpy as np
+
+    from dynatune.files import WorkDir
+    from dynatune.machine.load import probe
+    from dynatune.run.summary import RunSummary
+    from dynatune.runtime import read_metadata
+
+    wd = WorkDir(work_dir)
+    summary = RunSummary.load(wd.summary)
+    meta = read_metadata(summary.artifact)
+    with open(wd.config) as f:
+        config = json.load(f)
+    row = {
+        "work_dir": work_dir,
+        "model": summary.model,
+        "run_ratio": summary.ratio_vs_onnxruntime,
+        "run_ratio_min": summary.ratio_vs_onnxruntime_min,
+        "run_ratio_max": summary.ratio_vs_onnxruntime_max,
+        "run_under_load": summary.timing_under_load,
+        "ways": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = pinned_onnx(config, meta, os.path.join(tmp, "model.onnx"))
+        for way in WAYS:
+            spec = {
+                "way": way,
+                "library": summary.artifact,
+                "metadata": meta,
+                "onnx": onnx_path,
+                "rounds": rounds,
+                "block_ms": block_ms,
+                "tracking_uri": summary.mlflow_tracking_uri,
+                "model_uri": summary.tuned_model_uri,
+            }
+            env = (
+                {"TVM_NUM_THREADS": meta["thread_pool"]["TVM_NUM_THREADS"]} if way.endswith("THREADS") else {}
+            )
+            load = probe(1.0)
+            got = run_child(spec, env)
+            ratios = [a / b for a, b in zip(got["ms"], got["ort_ms"])]
+            median = float(np.median(ratios))
+            row["ways"][way] = {
+                "ratio": median,
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+                "ms": float(np.median(got["ms"])),
+                "onnxruntime_ms": float(np.median(got["ort_ms"])),
+                "vs_run": median / summary.ratio_vs_onnxruntime if summary.ratio_vs_onnxruntime else None,
+                "threads": got["threads"],
+                "load_s": got["load_s"],
+                "dynatune_modules_at_load": got["dynatune_modules_at_load"],
+                "busy_cores_before": load.busy_cores,
+            }
+            w = row["ways"][way]
+            print(
+                f"{summary.model:28s} {way:28s} ratio {median:.3f} ({min(ratios):.3f}-{max(ratios):.3f}) "
+                f"run {summary.ratio_vs_onnxruntime:.3f} -> {w['vs_run']:.3f}x; {w['ms']:.3f} ms vs ORT "
+                f"{w['onnxruntime_ms']:.3f} ms; {got['threads']} threads; loaded in {got['load_s']:.2f} s",
+                flush=True,
+            )
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("work_dirs", nargs="+", help="finished dynatune tune work dirs")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--block-ms", type=float, default=200.0)
+    ap.add_argument("--out", default=RESULTS)
+    args = ap.parse_args(argv)
+    import datetime
+
+    from dynatune.machine.target import cpu_model_and_isa
+
+    cpu, isa = cpu_model_and_isa()
+    rows = [measure(os.path.abspath(w), args.rounds, args.block_ms) for w in args.work_dirs]
+    doc = {
+        "date": datetime.datetime.now().isoformat(timespec="minutes"),
+        "cpu": cpu,
+        "isa": isa,
+        "rounds": args.rounds,
+        "block_ms": args.block_ms,
+        "rows": rows,
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

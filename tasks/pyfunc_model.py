@@ -1,0 +1,30 @@
+"""The MLflow pyfunc model of a tuned library, logged as code (MLflow's models-from-code, so the model holds
+no pickle): MLflow runs this file when it loads the model.
+
+The model's artifacts are the compiled library and its metadata (``model.so``, ``model.json``), and its
+code is a copy of :mod:`dynatune.runtime` named ``dynatune_runtime``: loading the model needs TVM and numpy
+(its pinned requirements), not dynatune. ``predict`` takes the model's inputs by name (a dict of arrays; a
+bare array for a model with one input) and returns its outputs by name. Logged by
+:func:`tasks.tuned_model.log_tuned_model`.
+"""
+
+import mlflow
+from mlflow.pyfunc import PythonModel
+
+LIBRARY_ARTIFACT = "library"  # the compiled library's key among the model's artifacts
+METADATA_ARTIFACT = "metadata"  # ... its metadata's
+
+
+class TunedModelPyfunc(PythonModel):
+    def load_context(self, context):
+        import dynatune_runtime
+
+        self.model = dynatune_runtime.load(context.artifacts[LIBRARY_ARTIFACT])
+
+    def predict(self, context, model_input, params=None):
+        if not isinstance(model_input, dict) and len(self.model.inputs) == 1:
+            model_input = {self.model.inputs[0][0]: model_input}
+        return self.model.predict(model_input)
+
+
+mlflow.models.set_model(TunedModelPyfunc())
