@@ -16,10 +16,14 @@ and the run's MLflow store), one fresh process per way of loading:
 
 Each process times ``predict`` (numpy in, numpy out, as a user calls it) and ONNX Runtime's ``sess.run``
 (its defaults, as many intra-op threads as the model was timed with) in alternating blocks, the order
-swapped every round, on the same seeded inputs, and prints the per-round ratios. The process starts with
-no ``TVM_*``, ``OMP_*`` or ``DYNATUNE_*`` variable. The machine's load is probed before each process
-(dynatune.machine.load); a busy one is reported, not hidden. Target (issue #54): the loader's and pyfunc's
-ratio within 10 % of the run's. Results go to ``bench/results/deployed_speed.json``.
+swapped every round, on the same seeded inputs, and prints the per-round ratios. The loader's process
+times OpenVINO too, where it is installed (``pip install openvino``: the benchmarks' extra, not the
+runtime's): ``compile_model(onnx, "CPU", PERFORMANCE_HINT=LATENCY, INFERENCE_NUM_THREADS=<threads>,
+INFERENCE_PRECISION_HINT=f32)``, an infer request's ``infer(inputs)``, in the same rotation; the row then
+gives dynatune against the faster of ONNX Runtime and OpenVINO, round by round (issue #55's target).
+Each process starts with no ``TVM_*``, ``OMP_*`` or ``DYNATUNE_*`` variable. The machine's load is probed
+before each process (dynatune.machine.load); a busy one is reported, not hidden. Target (issue #54): the
+loader's and pyfunc's ratio within 10 % of the run's. Results go to ``bench/results/deployed_speed.json``.
 """
 
 from __future__ import annotations
@@ -76,17 +80,24 @@ def block(f):
         if time.perf_counter() - t >= spec["block_ms"] / 1e3:
             return (time.perf_counter() - t) / n * 1e3
 sides = [lambda: predict(inputs), lambda: sess.run(None, inputs)]
+if spec["openvino"]:
+    import openvino as ov
+    compiled = ov.Core().compile_model(spec["onnx"], "CPU", {
+        "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": so.intra_op_num_threads,
+        "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    sides.append(lambda: request.infer(inputs))
 for f in sides:
     block(f)
-ms = [[], []]
+ms = [[] for _ in sides]
 for r in range(spec["rounds"]):
-    for k in (0, 1) if r % 2 == 0 else (1, 0):
+    for k in range(len(sides)) if r % 2 == 0 else reversed(range(len(sides))):
         time.sleep(0.05)
         ms[k].append(block(sides[k]))
 import tvm
 threads = tvm.get_global_func("runtime.NumThreads")()
-print(json.dumps({"ms": ms[0], "ort_ms": ms[1], "load_s": load_s, "threads": threads,
-                  "dynatune_modules_at_load": dynatune_modules}))
+print(json.dumps({"ms": ms[0], "ort_ms": ms[1], "openvino_ms": ms[2] if spec["openvino"] else None,
+                  "load_s": load_s, "threads": threads, "dynatune_modules_at_load": dynatune_modules}))
 """
 
 
@@ -111,7 +122,7 @@ def pinned_onnx(config: dict, meta: dict, path: str) -> str:
     return path
 
 
-def measure(work_dir: str, rounds: int, block_ms: float) -> dict:
+def measure(work_dir: str, rounds: int, block_ms: float, with_openvino: bool) -> dict:
     import numpy as np
 
     from dynatune.files import WorkDir
@@ -145,6 +156,7 @@ def measure(work_dir: str, rounds: int, block_ms: float) -> dict:
                 "block_ms": block_ms,
                 "tracking_uri": summary.mlflow_tracking_uri,
                 "model_uri": summary.tuned_model_uri,
+                "openvino": with_openvino and way == "loader",
             }
             env = (
                 {"TVM_NUM_THREADS": meta["thread_pool"]["TVM_NUM_THREADS"]} if way.endswith("THREADS") else {}
@@ -166,6 +178,21 @@ def measure(work_dir: str, rounds: int, block_ms: float) -> dict:
                 "busy_cores_before": load.busy_cores,
             }
             w = row["ways"][way]
+            if got["openvino_ms"]:  # OpenVINO / ONNX Runtime, and dynatune / the faster of the two
+                ov_ratios = [a / b for a, b in zip(got["openvino_ms"], got["ort_ms"])]
+                fastest = [a / min(b, c) for a, b, c in zip(got["ms"], got["ort_ms"], got["openvino_ms"])]
+                w |= {
+                    "openvino_ms": float(np.median(got["openvino_ms"])),
+                    "openvino_vs_onnxruntime": float(np.median(ov_ratios)),
+                    "vs_fastest": float(np.median(fastest)),
+                    "vs_fastest_min": min(fastest),
+                    "vs_fastest_max": max(fastest),
+                }
+                print(
+                    f"{'':28s} OpenVINO / ONNX Runtime {w['openvino_vs_onnxruntime']:.3f}; "
+                    f"dynatune / the faster {w['vs_fastest']:.3f} ({min(fastest):.3f}-{max(fastest):.3f})",
+                    flush=True,
+                )
             print(
                 f"{summary.model:28s} {way:28s} ratio {median:.3f} ({min(ratios):.3f}-{max(ratios):.3f}) "
                 f"run {summary.ratio_vs_onnxruntime:.3f} -> {w['vs_run']:.3f}x; {w['ms']:.3f} ms vs ORT "
@@ -181,13 +208,17 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--block-ms", type=float, default=200.0)
     ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out of the loader's process")
     args = ap.parse_args(argv)
+    import importlib.util
+
+    with_openvino = not args.no_openvino and importlib.util.find_spec("openvino") is not None
     import datetime
 
     from dynatune.machine.target import cpu_model_and_isa
 
     cpu, isa = cpu_model_and_isa()
-    rows = [measure(os.path.abspath(w), args.rounds, args.block_ms) for w in args.work_dirs]
+    rows = [measure(os.path.abspath(w), args.rounds, args.block_ms, with_openvino) for w in args.work_dirs]
     doc = {
         "date": datetime.datetime.now().isoformat(timespec="minutes"),
         "cpu": cpu,

@@ -184,6 +184,7 @@ class TunedModel:
         self.inputs = [(i["name"], tuple(i["shape"]), i["dtype"]) for i in meta["inputs"]]
         self.outputs = [(o["name"], tuple(o["shape"]), o["dtype"]) for o in meta["outputs"]]
         self._main = vm["main"]
+        self._names = [n for n, _, _ in self.inputs]
 
     @property
     def threads(self) -> int:
@@ -217,12 +218,18 @@ class TunedModel:
 
     def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The model's outputs for ``inputs``, named and shaped as in the ONNX model."""
-        import tvm
-
         self.check_inputs(inputs)
-        args = [tvm.runtime.tensor(np.ascontiguousarray(inputs[n]), self.device) for n, _, _ in self.inputs]
-        outs = flatten_outputs(self._main(*args))
-        return {name: o.numpy().reshape(shape) for (name, shape, _), o in zip(self.outputs, outs)}
+        outs = run_vm(self._main, self.device, [inputs[n] for n in self._names])
+        return {name: o.reshape(shape) for (name, shape, _), o in zip(self.outputs, outs)}
+
+
+def run_vm(main, device, arrays) -> list[np.ndarray]:
+    """One call of a VM's ``main`` (``main = vm["main"]``) as a user makes it: numpy arrays in (the
+    inputs in order, copied to ``device``), numpy arrays out."""
+    import tvm
+
+    args = [tvm.runtime.tensor(np.ascontiguousarray(a), device) for a in arrays]
+    return [o.numpy() for o in flatten_outputs(main(*args))]
 
 
 def load(path: str, *, cpu_features_available=None) -> TunedModel:

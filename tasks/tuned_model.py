@@ -23,9 +23,11 @@ import numpy as np
 
 from dynatune import runtime
 from tasks.mlflow_store import point_mlflow_at
-from tasks.pyfunc_model import LIBRARY_ARTIFACT, METADATA_ARTIFACT
 
 MODEL_NAME = "tuned_model"  # the model's name in its run: runs:/<run id>/tuned_model
+# the model's code, run by MLflow when it loads the model (never imported here: it sets MLflow's model)
+MODEL_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyfunc_model.py")
+LIBRARY_ARTIFACT, METADATA_ARTIFACT = "library", "metadata"  # their keys among the model's artifacts
 REQUIREMENTS = ("apache-tvm", "apache-tvm-ffi", "numpy")  # what loading needs, pinned to this environment
 
 
@@ -60,8 +62,6 @@ def log_tuned_model(library: str, run_id: str, tracking_uri: str):
     :data:`MODEL_NAME`; returns MLflow's ``ModelInfo``."""
     import mlflow
 
-    import tasks.pyfunc_model
-
     meta = runtime.read_metadata(library)
     with tempfile.TemporaryDirectory(prefix="dynatune-pyfunc-") as code:
         loader = os.path.join(code, "dynatune_runtime.py")  # the runtime, under the name the model imports
@@ -72,7 +72,7 @@ def log_tuned_model(library: str, run_id: str, tracking_uri: str):
             warnings.filterwarnings("ignore", message=".*type hints.*", category=UserWarning)
             return mlflow.pyfunc.log_model(
                 name=MODEL_NAME,
-                python_model=tasks.pyfunc_model.__file__,
+                python_model=MODEL_CODE,
                 artifacts={LIBRARY_ARTIFACT: library, METADATA_ARTIFACT: runtime.metadata_path(library)},
                 code_paths=[loader],
                 signature=signature(meta),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynatune.runtime import flatten_outputs
+from dynatune.runtime import run_vm
 
 
 def load(path: str, device):
@@ -18,10 +18,7 @@ def load(path: str, device):
 
 
 def run(vm, model, inputs: dict[str, np.ndarray], device) -> list[np.ndarray]:
-    import tvm
-
-    args = [tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs]
-    return [o.numpy() for o in flatten_outputs(vm["main"](*args))]
+    return run_vm(vm["main"], device, [inputs[i.name] for i in model.inputs])
 
 
 def time_vm(vm, model, inputs, device, repeat: int = 10, block_ms: float = 200.0) -> tuple[float, float]:

@@ -166,7 +166,7 @@ def _time(spec: dict) -> SideBySide:
 
 
 def _time_two_artifacts(spec: dict) -> SideBySide:
-    from dynatune.compiler.timing import interleave, vm_block_timer
+    from dynatune.compiler.timing import interleave, predict_block_timer
     from dynatune.machine.load import LoadProbe
     from dynatune.model.importer import ModelInput, random_inputs
     from dynatune.runtime import load
@@ -177,7 +177,7 @@ def _time_two_artifacts(spec: dict) -> SideBySide:
         inputs = random_inputs(
             [ModelInput(n, shape, dtype) for n, shape, dtype in model.inputs], spec["seed"]
         )
-        timers.append(vm_block_timer(model.vm, inputs, model.device, spec["block_ms"]))
+        timers.append(predict_block_timer(model.vm, inputs, model.device, spec["block_ms"]))
     load_probe = LoadProbe()
     ms, baseline_ms = interleave(timers, spec["rounds"], pause_s=0.05)
     return SideBySide(ms, baseline_ms, load=load_probe.stop().as_dict())

@@ -6,8 +6,11 @@ Runtime runs back to back (each block at least ``block_ms`` long, the order swap
 sides of a round see the same machine. The ratio of each round holds even when the machine drifts
 between rounds; the report gives the median of the per-round ratios and their min-max spread.
 
-TVM blocks run ``invoke_stateful`` in TVM's ``time_evaluator`` (the inputs set once); ONNX Runtime
-blocks call ``sess.run`` in a Python loop with numpy inputs, as a user of either library would.
+Both sides are called as a user calls them, in a Python loop: the compiled model's ``main`` with numpy
+inputs copied to the device and its outputs copied back to numpy (:func:`dynatune.runtime.run_vm`, what
+``dynatune.runtime.load(...).predict`` does), ONNX Runtime's ``sess.run`` with numpy inputs. (Until
+session 36 the TVM side ran ``invoke_stateful`` in TVM's ``time_evaluator``, inputs set once and
+outputs left on the device: it left out what a user's call pays and ONNX Runtime's side paid.)
 
 Blocks are ``pause_s`` apart: ONNX Runtime's pool threads keep spinning after a run (its default,
 ``session.intra_op.allow_spinning``), and on 2 cores a TVM block right after an ONNX Runtime block ran
@@ -121,19 +124,34 @@ def vm_block_timer(vm, inputs, device, block_ms: float):
     )
 
 
-def ort_block_timer(sess, inputs, block_ms: float):
-    """A callable timing one block of ``sess.run`` calls: returns the mean latency (ms) over the block."""
+def call_block_timer(call, block_ms: float):
+    """A callable timing one block of ``call()``s, as a user's loop makes them: the mean latency (ms)."""
 
     def block() -> float:
         n, t0 = 0, time.perf_counter()
         while True:
-            sess.run(None, inputs)
+            call()
             n += 1
             elapsed = time.perf_counter() - t0
             if elapsed * 1e3 >= block_ms:
                 return elapsed / n * 1e3
 
     return block
+
+
+def ort_block_timer(sess, inputs, block_ms: float):
+    """A callable timing one block of ``sess.run`` calls: returns the mean latency (ms) over the block."""
+    return call_block_timer(lambda: sess.run(None, inputs), block_ms)
+
+
+def predict_block_timer(vm, inputs, device, block_ms: float):
+    """A callable timing one block of the compiled model's calls as its user makes them
+    (:func:`dynatune.runtime.run_vm`: numpy arrays in, copied to the device, numpy arrays out), as ONNX
+    Runtime's side is timed; ``inputs``: name -> array, in the model's input order."""
+    from dynatune.runtime import run_vm
+
+    main, arrays = vm["main"], list(inputs.values())
+    return call_block_timer(lambda: run_vm(main, device, arrays), block_ms)
 
 
 def interleave(timers, rounds: int, pause_s: float = 0.0) -> list[list[float]]:
@@ -164,9 +182,9 @@ def time_side_by_side(
     vm, sess, inputs, device, rounds: int = 7, block_ms: float = 200.0, pause_s: float = 0.05
 ) -> SideBySide:
     """Time the compiled model (``vm``) and ONNX Runtime (``sess``) in alternating blocks on ``inputs``
-    (in the model's input order). The tuning process should time in a fresh process instead
-    (:mod:`dynatune.compiler.fresh_timing`)."""
-    tvm_timer = vm_block_timer(vm, inputs, device, block_ms)
+    (in the model's input order), each called as its user calls it: numpy arrays in and out. The tuning
+    process should time in a fresh process instead (:mod:`dynatune.compiler.fresh_timing`)."""
+    tvm_timer = predict_block_timer(vm, inputs, device, block_ms)
     load = LoadProbe()
     tvm_ms, ort_ms = alternate(tvm_timer, ort_block_timer(sess, inputs, block_ms), rounds, pause_s)
     return SideBySide(tvm_ms, ort_ms, load=load.stop().as_dict())
