@@ -343,10 +343,11 @@ def markdown(prof: dict, top: int = 25) -> str:
         "",
         f"{prof['runs']} instrumented runs. Kernels are timed by calling them from the instrument; other "
         f"calls between its callbacks, less {prof['instrument_overhead_us']:.2f} us (a no-op call's window), "
-        "which leaves their arguments' conversion in: an upper bound. A kernel's roof is the least time "
-        "its FLOPs take at the machine's peak or its bytes (each argument once) at its memory bandwidth, "
-        "whichever is longer (compute- or memory-bound); a memory-bound kernel whose data stays in the "
-        "caches passes it.",
+        "which leaves their arguments' conversion in: an upper bound. The peak is the rate at which the "
+        "cores issue vector FMAs (a register-only FMA loop), which no kernel's FLOPs pass. A kernel's roof "
+        "is the least time its FLOPs take at the peak or its bytes (each argument once) at the memory "
+        "bandwidth, whichever is longer (compute- or memory-bound); a memory-bound kernel whose data "
+        "stays in the caches passes it.",
         "",
         "| kernel | task | calls | in model ms | share | alone ms x weight | in model / alone "
         "| GFLOP/s in model | % of peak alone | % of roof alone (bound by) | ONNX Runtime op ms "

@@ -5,17 +5,23 @@ traffic (every input read once, every output written once) at the machine's memo
 
     bound_s = max(flops / peak_flops, bytes / bandwidth)
 
-Both machine figures come from a short micro-benchmark (a couple of seconds, on the usable cores): peak
-compute is what a well-tuned float32 GEMM attains here (not the datasheet's figure), the best of a few
-1024x1024x1024 matrix products by each of two libraries, whichever is higher: ONNX Runtime's MLAS
-(``onnxruntime-mlas``, a one-node MatMul model with as many intra-op threads as usable cores; its
-hand-written AVX-512/AVX2 kernels reach about 2.4x what numpy's OpenBLAS does on an AVX-512 machine) and
-the BLAS library numpy ships (``numpy-blas``). Both figures are kept (``peaks``). Bandwidth is the best
-of a few copies of an array far larger than the caches, counted as bytes read plus written. The result
-is cached per machine fingerprint (:func:`dynatune.machine.target.machine_fingerprint`) in
-``~/.cache/dynatune/roofline/`` (or under ``$DYNATUNE_CACHE_DIR``): measured on quiet cores once, every
-run after reads it. An entry measured another way (another ``method``, as the numpy-only figures
-written before MLAS was measured, or those measured without a look at the load) is measured again.
+Both machine figures come from a short micro-benchmark (a couple of seconds, on the usable cores). Peak
+compute is the rate at which the cores issue the target's vector FMAs (``fma``): a register-only FMA
+loop built by TVM for the target (:mod:`dynatune.machine.fma_loop`), the ceiling of every float32
+kernel, so no kernel reads above 100 % of it. What a well-tuned GEMM attains is measured beside it as a
+cross-check, the best of a few 1024x1024x1024 matrix products by each of two libraries: ONNX Runtime's
+MLAS (``onnxruntime-mlas``, a one-node MatMul model with as many intra-op threads as usable cores) and
+the BLAS library numpy ships (``numpy-blas``). The best GEMM was the peak before; it is no roof (two
+runs on one machine read their kernels at 97 % and 147 % of theirs), and depends on the library (MLAS
+reaches about 2.4x what numpy's OpenBLAS does on an AVX-512 machine; both about 75 % of the FMA loop on
+a 2-core Zen 3 one). All three are kept (``peaks``). The roof holds for FLOPs as TVM counts them, an
+FMA's multiply and add: a kernel counted mostly in other operations (adds, maxima) that a core runs on
+pipes of their own (Zen's FADD pipes) could still pass it. Bandwidth is the best of a few copies of an
+array far larger than the caches, counted as bytes read plus written. The result is cached per machine
+fingerprint (:func:`dynatune.machine.target.machine_fingerprint`) in ``~/.cache/dynatune/roofline/``
+(or under ``$DYNATUNE_CACHE_DIR``): measured on quiet cores once, every run after reads it. An entry
+measured another way (another ``method``: a GEMM's peak, the numpy-only figures written before MLAS was
+measured, or those measured without a look at the load) is measured again.
 
 A shared machine: the load on the cores is probed while the figures are measured
 (:mod:`dynatune.machine.load`). Other work on the cores only lowers them, and a peak cached low would
@@ -23,8 +29,11 @@ tell every later run's beliefs that its kernels had no headroom left (a peak mea
 other work read 105 GFLOP/s where the quiet figure is 206, BENCHMARKS.md session 35). Figures measured
 on busy cores (:meth:`~dynatune.machine.load.QuietPolicy.busy`) are used by the run that measured them
 and cached as ``under_load``: the next run measures again, and keeps the best of each figure (load
-cannot raise one), until a measurement on quiet cores makes the entry final. Only CPU targets have one
-here (``None`` otherwise).
+cannot raise one), until a measurement on quiet cores makes the entry final. So are figures whose FMA
+loop read below a GEMM (:func:`gemm_passes_fma`): the loop lost time to work the probe cannot see, as
+another VM on the same physical cores (on a 2-core VM, the FMA loop's rate halved for seconds at a time
+with the cores' time all this process's and none stolen). Only CPU targets have one here (``None``
+otherwise).
 
 The belief model that uses it is :mod:`dynatune.beliefs.headroom`.
 """
@@ -37,25 +46,28 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 
 from dynatune.files import atomic_write_json, cache_root
+from dynatune.machine.fma_loop import fma_peak
 
 log = logging.getLogger(__name__)
 
 # How the figures are measured; a cached entry measured otherwise is measured again.
-METHOD = "peak=max(onnxruntime-mlas,numpy-blas)@sgemm1024|bandwidth=copy64MiB|load-probed"
+METHOD = "peak=fma-loop|cross-checks=onnxruntime-mlas,numpy-blas@sgemm1024|bandwidth=copy64MiB|load-probed"
+FMA_PEAK = "fma"  # the peak's name in `peaks`; the others are the GEMM cross-checks
 GEMM_N = 1024
 MIN_LOAD_WINDOW_S = 0.25  # a shorter measurement's load is not read: /proc/stat counts in 10 ms ticks
 
 
 @dataclass(frozen=True)
 class Roofline:
-    peak_flops: float  # FLOP/s attained by a tuned float32 GEMM on the usable cores (the best of `peaks`)
+    peak_flops: float  # float32 FLOP/s of the FMA loop on the usable cores (peaks["fma"])
     bandwidth: float  # bytes/s of a large copy (read + write)
     fingerprint: str = ""
     measured: str = ""  # date and time of the measurement
     method: str = ""  # how it was measured (METHOD; "" before MLAS was measured)
-    peaks: dict = field(default_factory=dict)  # FLOP/s of each GEMM measured: {"onnxruntime-mlas": ...}
+    peaks: dict = field(default_factory=dict)  # FLOP/s of the FMA loop and each GEMM: {"fma": ...}
     load: dict | None = None  # the load on the cores while they were measured (dynatune.machine.load.Load)
     under_load: bool = False  # measured on busy cores: the next run measures again
 
@@ -110,15 +122,35 @@ def compulsory_bytes(mod) -> float:
     return total
 
 
-def measure_peaks(threads: int, seconds: float = 0.5) -> dict[str, float]:
-    """FLOP/s of a float32 GEMM by each library here (one that fails is left out, with a warning)."""
+def measure_peaks(target, threads: int, seconds: float = 0.5) -> dict[str, float]:
+    """float32 FLOP/s of the FMA loop built for ``target`` (:data:`FMA_PEAK`) and of a GEMM by each library
+    here (one that fails is left out, with a warning)."""
     peaks = {}
-    for name, fn in (("onnxruntime-mlas", mlas_peak), ("numpy-blas", numpy_peak)):
+    for name, fn in (
+        (FMA_PEAK, partial(fma_peak, target)),
+        ("onnxruntime-mlas", mlas_peak),
+        ("numpy-blas", numpy_peak),
+    ):
         try:
             peaks[name] = float(fn(threads, seconds))
-        except Exception as exc:  # a library missing or broken here: the other still gives a peak
+        except Exception as exc:  # a library missing or broken here: the others still give a figure
             log.warning("roofline: the %s peak could not be measured: %s", name, exc)
     return peaks
+
+
+def peak_of(peaks: dict[str, float]) -> float:
+    """The roofline's peak among measured ``peaks``: the FMA loop's, else (a target it cannot be built or
+    run for here, with a warning: kernels may read above 100 % of it) the best GEMM's."""
+    if FMA_PEAK in peaks:
+        return peaks[FMA_PEAK]
+    log.warning("roofline: no FMA loop measured; the peak is a GEMM's, which a kernel may pass")
+    return max(peaks.values())
+
+
+def gemm_passes_fma(peaks: dict[str, float]) -> bool:
+    """Whether a GEMM cross-check read faster than the FMA loop, which no kernel can: the loop lost time."""
+    gemms = [v for k, v in peaks.items() if k != FMA_PEAK]
+    return FMA_PEAK in peaks and max(gemms, default=0.0) > peaks[FMA_PEAK]
 
 
 def mlas_peak(threads: int, seconds: float = 0.5, n: int = GEMM_N) -> float:
@@ -186,7 +218,7 @@ def machine_roofline(
 
     ``quiet`` (a :class:`~dynatune.machine.load.QuietPolicy`, the default one if None) says when the cores
     were too busy for the figures to be final. ``remeasure`` measures again and replaces the entry."""
-    from dynatune.machine.load import Load, QuietPolicy
+    from dynatune.machine.load import QuietPolicy
     from dynatune.machine.target import machine_fingerprint
 
     if target.kind.name != "llvm":
@@ -198,14 +230,14 @@ def machine_roofline(
     cached = None if remeasure else _cached(path)
     if cached is not None and not cached.under_load:
         return cached
-    roof = _measure(fp, quiet or QuietPolicy())
+    roof = _measure(fp, target, quiet or QuietPolicy())
+    why = _why_not_final(roof) if roof.under_load else ""
     if cached is not None:
         roof = roof.at_least(cached)
     if roof.under_load:
         log.warning(
-            "roofline: measured while %s; this run uses the figures (peak %.0f GFLOP/s), the next one "
-            "measures them again",
-            Load.from_dict(roof.load).describe(),  # busy: its load was read
+            "roofline: %s; this run uses the figures (peak %.0f GFLOP/s), the next one measures them again",
+            why,
             roof.peak_flops / 1e9,
         )
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -228,27 +260,40 @@ def _cached(path: str) -> Roofline | None:
     return cached
 
 
-def _measure(fingerprint: str, quiet) -> Roofline:
+def _why_not_final(roof: Roofline) -> str:
+    """Why a fresh measurement is cached as ``under_load``: the load on the cores, or its cross-check."""
+    from dynatune.machine.load import Load
+
+    if gemm_passes_fma(roof.peaks):
+        gemm = max(v for k, v in roof.peaks.items() if k != FMA_PEAK)
+        return (
+            f"the FMA loop read {roof.peaks[FMA_PEAK] / 1e9:.0f} GFLOP/s, below a GEMM's {gemm / 1e9:.0f} "
+            "(other work took time the load probe cannot see)"
+        )
+    return "measured while " + Load.from_dict(roof.load).describe()  # busy: its load was read
+
+
+def _measure(fingerprint: str, target, quiet) -> Roofline:
     """The figures measured now, with the load on the cores meanwhile."""
     from dynatune.machine.load import LoadProbe
     from dynatune.machine.target import usable_cores
 
     threads = usable_cores()
     probe = LoadProbe()
-    peaks = measure_peaks(threads)
+    peaks = measure_peaks(target, threads)
     if not peaks:
-        raise RuntimeError("roofline: no GEMM library could measure the peak compute here")
+        raise RuntimeError("roofline: neither the FMA loop nor a GEMM library could measure the peak here")
     bandwidth = measure_bandwidth()
     load = probe.stop()
     if load.seconds < MIN_LOAD_WINDOW_S:
         load = None
     return Roofline(
-        max(peaks.values()),
+        peak_of(peaks),
         bandwidth,
         fingerprint,
         time.strftime("%Y-%m-%dT%H:%M:%S"),
         method=METHOD,
         peaks=peaks,
         load=load.as_dict() if load is not None else None,
-        under_load=quiet.busy(load, threads),
+        under_load=quiet.busy(load, threads) or gemm_passes_fma(peaks),
     )

