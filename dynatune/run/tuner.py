@@ -181,9 +181,13 @@ class Tuner:
         """The stopping rule ended tuning (now, or in an earlier process for this budget and these tasks)."""
         return self.run_state.get("stop") is not None
 
-    def last_check(self) -> dict | None:
-        """The stopping rule's last check (None: it never looked)."""
-        return next((r["stop_check"] for r in reversed(self.rounds) if r.get("stop_check")), None)
+    def last_check(self, whole_slot: bool = False) -> dict | None:
+        """The stopping rule's last check (None: it never looked); ``whole_slot``: the last one with at least
+        a slot of the budget left (at the very end the rest is nothing, and so is what it could buy)."""
+        checks = [r["stop_check"] for r in reversed(self.rounds) if r.get("stop_check")]
+        if whole_slot:
+            checks = [c for c in checks if c.get("slots_left", 0) >= 1] or checks
+        return next(iter(checks), None)
 
     def ending(self) -> TuningEnded:
         """Whether tuning ended before the budget, and why: one sentence for the console, the summary, the
@@ -199,11 +203,11 @@ class Tuner:
                 f"{at}: every task is retired (exhausted, at a bound it cannot pass, or too small to matter)"
             )
         else:
-            spent, last = f"tuned for the whole budget ({self.budget_s:.0f} s)", self.last_check()
+            spent, last = f"tuned for the whole budget ({self.budget_s:.0f} s)", self.last_check(True)
             if self.stopping is None:
                 reason = f"{spent}: stopping is off"
             else:
-                reason = f"{spent}; at the last check {last['reason']}" if last else spent
+                reason = f"{spent}; at the last check with a slot left, {last['reason']}" if last else spent
             return TuningEnded(False, reason, self.elapsed_s, self.budget_s, 0.0, self.rounds_done - 1)
         saved = max(self.budget_s - self.elapsed_s, 0.0)
         return TuningEnded(True, reason, self.elapsed_s, self.budget_s, saved, self.rounds_done - 1)

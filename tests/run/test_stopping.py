@@ -292,3 +292,16 @@ def test_a_tiny_run_that_converges_stops_with_its_reason_in_the_summary_report_a
     assert len(client.get_metric_history(s.mlflow_run_id, "stop_threshold_ms")) >= 1
     again = run(cfg)  # the same budget: the stop holds
     assert again.rounds == s.rounds and again.stopped_early and again.stop_reason == s.stop_reason
+
+
+def test_a_run_whose_tasks_keep_gaining_spends_its_budget_and_says_what_was_left(tmp_path):
+    session = ConvergingSession(tmp_path, bounds=(1e-6, 2.5e-7, 1.2e-7))  # far below: every slot gains 4x
+    tuner = tuner_on(session, budget=20)
+    tuner.run_rounds()
+    tuner.close()
+    end = tuner.ending()
+    assert not tuner.stopped and tuner.elapsed_s == pytest.approx(20) and not end.stopped_early
+    assert end.reason.startswith(
+        "tuned for the whole budget (20 s); at the last check with a slot left, the rest"
+    )
+    assert "above 1.00% of the model's" in end.reason

@@ -100,7 +100,7 @@ TODAY = {  # a summary.json as a run of this version writes it
     "warmup_rounds": 4,
     "never_tuned_tasks": [],
     "stopped_early": False,
-    "stop_reason": "tuned for the whole budget (60 s); at the last check the rest of the budget ...",
+    "stop_reason": "tuned for the whole budget (60 s); at the last check with a slot left, the rest ...",
     "tuning_s_used": 61.234,
     "tuning_s_saved": 0.0,
     "stop_check": {"stop": False, "gain_s": 2e-5, "threshold_s": 1.25e-5, "streak": 0},
