@@ -17,8 +17,8 @@ of many small tasks, each below the share but together above it, goes on (on the
 looked at one task at a time stopped mnasnet0_5 at 7 % of its budget, 33 % slower than at its end, with a
 share of 5 %). It never stops:
 
-- before every task that could matter has had its first batch (a task whose whole weighted latency is below
-  the threshold cannot gain more than it, and need not wait);
+- before every task has had its first batch (unless the tasks still waiting are, all of them together, worth
+  less than the share, so that even their whole latency could not buy it, or are at their roofs already);
 - on one check: ``patience`` rounds in a row, each with its new measurements, must agree, so one slot's luck
   (a jump that makes the rest look small, a zero gain that makes a task look converged) cannot end a run.
 
@@ -49,7 +49,7 @@ class StopCheck:
 
     stop: bool
     reason: str  # one sentence: why the run stops, or why it goes on
-    eligible: bool = False  # every task that could matter has had its first batch
+    eligible: bool = False  # every task has had its first batch (or those left could not matter)
     gain_s: float = 0.0  # the most the rest of the budget could still buy (upper bound, weighted seconds)
     task: str = ""  # the task that could gain most over the rest on its own
     task_gain_s: float = 0.0  # ... and how much (upper bound, weighted seconds)
@@ -112,10 +112,7 @@ class BeliefStopping(StoppingRule):
 
     def rest_gains(self, ctx, slots: float) -> list[tuple[object, np.ndarray]]:
         """``[(task, upper bound of its gain after n = 1 .. ceil(slots) more slots, weighted s)]`` for every
-        task that can still gain."""
-        if self.beliefs is None:
-            self.attach()
-        self.beliefs.observe(ctx.tasks, ctx.slot_s)
+        task that can still gain (after :meth:`observe`)."""
         out = []
         for t in ctx.tasks:
             if t.exhausted or not _valid(t.best_s) or self.beliefs.limit(t):
@@ -129,15 +126,14 @@ class BeliefStopping(StoppingRule):
         model_s = math.fsum(t.weight * t.best_s for t in ctx.tasks if _valid(t.best_s))
         threshold = self.min_gain_share * model_s
         slots = max(ctx.budget_s - ctx.elapsed_s, 0.0) / ctx.slot_s
-        waiting = [
-            t
-            for t in ctx.tasks
-            if not t.exhausted
-            and not t.history
-            and (not _valid(t.best_s) or t.weight * t.best_s >= threshold)
-        ]
+        if self.beliefs is None:
+            self.attach()
+        self.beliefs.observe(ctx.tasks, ctx.slot_s)
+        # a task at its roof from the start has nothing to gain from its first batch either
+        waiting = [t for t in ctx.tasks if not t.exhausted and not t.history and not self.beliefs.limit(t)]
+        untuned = math.fsum(t.weight * t.best_s if _valid(t.best_s) else math.inf for t in waiting)
         figures = dict(threshold_s=threshold, model_s=model_s, slots_left=slots)
-        if waiting:
+        if waiting and untuned >= threshold:  # below it, all of them together could not gain the share
             self.streak = 0
             return StopCheck(False, f"{len(waiting)} task(s) still wait for their first batch", **figures)
         gains = self.rest_gains(ctx, slots)

@@ -30,7 +30,7 @@ def ctx(tasks, elapsed=100.0, budget=900.0):
     return RoundContext(tasks, 10, SLOT, elapsed, budget)
 
 
-def test_the_rule_waits_for_every_first_batch_that_could_matter():
+def test_the_rule_waits_for_every_first_batch_unless_those_left_could_not_matter():
     rule = BeliefStopping(min_gain_share=0.01, patience=1)
     tuned = task(0, 1e-3, 0.99e-3)  # at its roof: nothing to gain
     waiting = TaskView(1, "fused_conv2d1_add", "k1", 1, 1e9, 5e-4)  # never tuned, 33 % of the model
@@ -40,6 +40,10 @@ def test_the_rule_waits_for_every_first_batch_that_could_matter():
     )
     tiny = TaskView(1, "transpose", "k1", 1, 1e3, 1e-6)  # never tuned, but all of it is below the threshold
     assert rule.check(ctx([tuned, tiny])).stop
+    few = [TaskView(i, f"transpose{i}", f"k{i}", 1, 1e3, 3e-6) for i in range(1, 4)]  # 0.9 % together
+    assert rule.check(ctx([tuned, *few])).stop
+    many = [TaskView(i, f"transpose{i}", f"k{i}", 1, 1e3, 5e-6) for i in range(1, 5)]  # 2 % together
+    assert not rule.check(ctx([tuned, *many])).eligible
 
 
 def test_the_rule_stops_after_patience_checks_in_a_row_and_a_gain_starts_the_count_again():
