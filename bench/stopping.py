@@ -51,16 +51,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from lowering_ab import spread  # noqa: E402
 from vs_onnxruntime import tune  # noqa: E402
 
 README_CONFIG = os.path.join(ROOT, "configs", "quickstart.yaml")
 # the issue's targets: stopped within 3 % of full (full / stopped >= 1 / 1.03), tuning <= 40 % of the budget
 # on two models or more, a retune stopped within 60 s of tuning and within 2 % of the first run's model
 TARGETS = {"full_vs_stopped": 1 / 1.03, "used_share": 0.40, "retune_s": 60.0, "retune_vs_first": 1.02}
-
-
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else {}
 
 
 # -- replay ----------------------------------------------------------------------------------------------
@@ -135,7 +132,7 @@ def model_path(spec: str) -> str:
     return os.path.abspath(spec)
 
 
-def checks(work: str) -> list[dict]:
+def stop_checks(work: str) -> list[dict]:
     """The run's stopping checks, one per round: the beliefs' trace."""
     from dynatune.files import WorkDir
     from dynatune.run.workdir_state import read_rounds
@@ -188,7 +185,7 @@ def live_one(spec: str, seed: int, budget: float, config: str, work: str, rounds
     shutil.copy(lib, first_lib)
     artifacts = {"stopped": os.path.join(first_dir, "model.so")}
     out = {"model": spec, "seed": seed, "budget_s": budget, "stopped": run_figures(stopped)}
-    out["stopped"]["checks"] = checks(run_dir)
+    out["stopped"]["checks"] = stop_checks(run_dir)
     if stopped.stopped_early:
         full, _ = tune(ROOT, model, budget, run_dir, config, [*seeds, "stopping.enabled=false"])
         out["full"] = run_figures(full)
@@ -197,7 +194,7 @@ def live_one(spec: str, seed: int, budget: float, config: str, work: str, rounds
     retune_dir = WorkDir(first_dir).retune(stamp)
     sets = [*seeds[:2], f"library.url=sqlite:///{first_lib}", f"warm_start=[{first_dir}]"]
     retune, _ = tune(ROOT, model, budget, retune_dir, config, sets)
-    out["retune"] = run_figures(retune) | {"checks": checks(retune_dir)}
+    out["retune"] = run_figures(retune) | {"checks": stop_checks(retune_dir)}
     artifacts["retune"] = WorkDir(retune_dir).model_so
     timing = side_by_side(model, artifacts, rounds, os.path.join(work, "side_by_side.json"))
     ms = {v["variant"]: v for v in timing["variants"]}

@@ -78,6 +78,10 @@ class StoppingRule(ABC):
     def reset(self) -> None:
         """Forget the count: the next stop needs fresh checks (a resumed run with new budget or tasks)."""
 
+    def settings(self) -> dict:
+        """What the rule was asked (a stop decided under other settings is looked at again)."""
+        return {"rule": self.name}
+
     def state_dict(self) -> dict:
         return {}
 
@@ -162,6 +166,14 @@ class BeliefStopping(StoppingRule):
 
     def reset(self) -> None:
         self.streak = 0
+
+    def settings(self) -> dict:
+        return {
+            "rule": self.name,
+            "min_gain_share": self.min_gain_share,
+            "patience": self.patience,
+            "confidence": self.confidence,
+        }
 
     def state_dict(self) -> dict:
         return {"streak": self.streak}

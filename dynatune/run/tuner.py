@@ -23,10 +23,11 @@ most of what it can. The scheduler decides again, with that batch's result. With
 (``warmup_share`` 0) the scheduler alone decides, in whole slots.
 
 Stopping: the budget is a cap. With a stopping rule (:mod:`dynatune.run.stopping`) every round ends with a
-check, stored with the round (``stop_check``); when the rule says stop, the check (with the budget and the
-task set it was made for) is kept as ``run.json``'s ``stop`` and the run is done. A resumed run honours it
-only for the same budget and tasks: with a larger budget, other tasks, or stopping off, the stop moves to
-``earlier_stops`` and tuning goes on (the rule counts afresh, so it looks again after at least one round).
+check, stored with the round (``stop_check``); when the rule says stop, the check (with the budget, the task
+set and the rule's settings it was made for) is kept as ``run.json``'s ``stop`` and the run is done. A resumed
+run honours it only for the same of all three: with a larger budget, other tasks or settings, or stopping off,
+the stop moves to ``earlier_stops`` and tuning goes on (the rule counts afresh, so it looks again after at
+least one round).
 
 Confirmation: a new work dir whose tasks start from records measured elsewhere (the schedule library, a warm
 start) measures each such task's best schedule again, in one batch, before the first round (``run.json``'s
@@ -164,6 +165,8 @@ class Tuner:
             why = f"the budget rose from {stop['budget_s']:.0f} s to {self.budget_s:.0f} s"
         elif stop.get("tasks") != self.task_set:
             why = "the model's tasks changed"
+        elif stop.get("settings") != self.stopping.settings():
+            why = "the stopping settings changed"
         else:
             state["stop"] = stop
             return
@@ -393,9 +396,8 @@ class Tuner:
             return None
         check = self.stopping.check(self.context()).as_dict()
         if check["stop"]:
-            check.update(
-                round=round_no, elapsed_s=self.elapsed_s, budget_s=self.budget_s, tasks=self.task_set
-            )
+            at = dict(round=round_no, elapsed_s=self.elapsed_s, budget_s=self.budget_s, tasks=self.task_set)
+            check.update(at, settings=self.stopping.settings())
             self.run_state["stop"] = check
         return check
 

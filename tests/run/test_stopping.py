@@ -139,8 +139,8 @@ class ConvergingSession:
         pass
 
 
-def tuner_on(session, budget, rule="on", warmup_share=0.5):
-    stopping = BeliefStopping(min_gain_share=0.01, patience=2) if rule == "on" else None
+def tuner_on(session, budget, rule="on", warmup_share=0.5, share=0.01):
+    stopping = BeliefStopping(min_gain_share=share, patience=2) if rule == "on" else None
     tuner = Tuner(
         session, "dynatune", budget_s=budget, slot_s=SLOT, warmup_share=warmup_share, stopping=stopping
     )
@@ -190,7 +190,7 @@ def test_with_stopping_off_a_run_spends_its_budget(tmp_path):
     )
 
 
-def test_a_resumed_stopped_run_goes_on_only_with_more_budget(tmp_path):
+def test_a_resumed_stopped_run_goes_on_only_with_more_budget_or_other_settings(tmp_path):
     session = ConvergingSession(tmp_path)
     first = tuner_on(session, budget=600)
     first.run_rounds()
@@ -200,13 +200,21 @@ def test_a_resumed_stopped_run_goes_on_only_with_more_budget(tmp_path):
     assert same.done() and same.stopped and not same.run_rounds() and len(same.rounds) == rounds
     assert same.ending().reason == first.ending().reason
     same.close()
-    more = tuner_on(session, budget=900)  # more budget: a fresh look, at least one round, then a stop again
+    stricter = tuner_on(session, budget=600, share=0.001)  # another rule: it looks again, and stops again
+    assert (
+        not stricter.done() and stricter.run_state["reopened_stop"]["why"] == "the stopping settings changed"
+    )
+    stricter.run_rounds()
+    stricter.close()
+    assert stricter.stopped
+    rounds = len(stricter.rounds)
+    more = tuner_on(session, budget=900, share=0.001)  # more budget: a fresh look, at least one round, a stop
     assert not more.done() and more.run_state["reopened_stop"]["why"] == "the budget rose from 600 s to 900 s"
     more.run_rounds()
     more.close()
     assert len(more.rounds) >= rounds + 2 and more.stopped and more.elapsed_s > stopped_at
     state = run_state(tmp_path)
-    assert [s["budget_s"] for s in state["earlier_stops"]] == [600] and state["stop"]["budget_s"] == 900
+    assert [s["budget_s"] for s in state["earlier_stops"]] == [600, 600] and state["stop"]["budget_s"] == 900
     off = tuner_on(session, budget=900, rule=None)  # stopping off: the budget is spent
     off.run_rounds()
     off.close()
