@@ -78,7 +78,7 @@ def main() -> None:
         for variant, overrides in VARIANTS.items():
             cfg = load_config(
                 None,
-                [f"slot_s={args.slot}", "library.enabled=false", *overrides],
+                [f"slot_s={args.slot}", "library.enabled=false", "stopping.enabled=false", *overrides],
                 model=path,
                 budget=args.budget,
                 scheduler=args.scheduler,

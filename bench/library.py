@@ -57,6 +57,7 @@ def config(spec: str, work: str, budget: float, slot: float, library_db: str | N
             "measure_every_s=0",
             "compile.measure_untuned=false",
             "compile.profile=false",
+            "stopping.enabled=false",  # the curves compared over the whole budget
             *lib,
             *extra,
         ],

@@ -54,7 +54,7 @@ def child(mode: str, args) -> dict:
 
     cfg = load_config(
         None,
-        [f"slot_s={args.slot}", "library.enabled=false"],
+        [f"slot_s={args.slot}", "library.enabled=false", "stopping.enabled=false"],
         model=args.model,
         budget=args.budget,
         work_dir=args.work_dir,

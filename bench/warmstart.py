@@ -69,7 +69,7 @@ def run(
 ) -> dict:
     cfg = load_config(
         None,
-        [f"slot_s={slot}", "library.enabled=false"],
+        [f"slot_s={slot}", "library.enabled=false", "stopping.enabled=false"],
         model=path,
         budget=budget,
         scheduler=scheduler,

@@ -1,7 +1,7 @@
 """The ``dynatune`` command.
 
-    dynatune tune [CONFIG] [--model PATH] [--shape NAME=1x3x224x224]... [--budget S] [--scheduler NAME]
-                  [--work-dir DIR] [--set key=value]... [--json]
+    dynatune tune [CONFIG] [--model PATH] [--shape NAME=1x3x224x224]... [--budget S] [--no-stop]
+                  [--scheduler NAME] [--work-dir DIR] [--set key=value]... [--json]
     dynatune tasks MODEL.onnx [--shape ...]... [--target T] [--json]
     dynatune compile WORK_DIR [--json]
     dynatune repair WORK_DIR                     (drop damaged lines, rebuild state; keeps .bak copies)
@@ -78,7 +78,7 @@ def cmd_tune(args) -> int:
 
     cfg = load_config(
         args.config,
-        args.set or [],
+        [*(args.set or []), *(["stopping.enabled=false"] if args.no_stop else [])],
         model=args.model,
         shapes=_shapes(args.shape) or None,
         budget=args.budget,
@@ -364,7 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", nargs="?", help="YAML config (defaults apply without one)")
     t.add_argument("--model", help="ONNX file (overrides model.path)")
     t.add_argument("--shape", action="append", help="NAME=1x3x224x224 (repeatable)")
-    t.add_argument("--budget", type=float, help="tuning budget in seconds")
+    t.add_argument("--budget", type=float, help="tuning budget in seconds: a cap, see --no-stop")
+    t.add_argument(
+        "--no-stop",
+        action="store_true",
+        help="spend the whole budget (by default a run stops when its beliefs say the model cannot get "
+        "meaningfully faster: stopping.*)",
+    )
     t.add_argument("--scheduler", help="dynatune, gradient, round_robin, random or greedy")
     t.add_argument("--work-dir", help="where records, state and artifacts go")
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any config key")

@@ -9,6 +9,11 @@ in a new MLflow run, tagged ``dynatune.continues_run`` with the old run's id and
 ``dynatune.continues_work_dir`` with the old work dir, so the old run and its artifacts are never written
 again. With the work dir's own store (``<work_dir>/mlflow.db``, copied along), the copy's experiment is
 pointed at the copy's own ``mlartifacts/`` first: the new run's artifacts stay in the copy.
+
+Why tuning ended (:mod:`dynatune.run.stopping`): the tags ``stop_reason`` and ``stopped_early``, set as
+tuning ends, and the metrics ``stopped_early``, ``tuning_s_used`` and ``tuning_s_saved`` at the last step;
+every round logs the rule's ``stop_gain_ms`` (the most a task could still gain over the rest) beside its
+``stop_threshold_ms``.
 """
 
 from __future__ import annotations
@@ -235,6 +240,10 @@ class Tracker:
         }
         if rec.estimated_model_latency_s is not None:
             values["estimated_model_latency_ms"] = rec.estimated_model_latency_s * 1e3
+        check = rec.stop_check or {}
+        if check.get("eligible"):  # the stopping rule's figures: where they cross, the run stops
+            values["stop_gain_ms"] = check["gain_s"] * 1e3
+            values["stop_threshold_ms"] = check["threshold_s"] * 1e3
         ts = int(time.time() * 1000)
         metrics = self._unlogged(
             [Metric(k, float(v), ts, rec.round) for k, v in values.items() if math.isfinite(float(v))]
@@ -434,6 +443,11 @@ class MlflowCallback(RunCallback):
         self.tracker.log_round(record)
         self.steps = record.round + 1
 
+    def on_tuning_end(self, event) -> None:  # before the compile: the run says why while it compiles
+        self.tracker.set_tags(
+            {"stop_reason": event.reason, "stopped_early": str(event.stopped_early).lower()}
+        )
+
     def on_measurement(self, m) -> None:
         self.tracker.log_metrics(
             {
@@ -451,6 +465,7 @@ class MlflowCallback(RunCallback):
         t = self.tracker
         metrics = {k: getattr(summary, k) for k in FINAL_METRICS}
         metrics["numerics_ok"] = 1.0 if summary.numerics_ok else 0.0
+        metrics["stopped_early"] = 1.0 if summary.stopped_early else 0.0
         # the final measurement continues the periodic ones' curves, at the last step, whatever the budget
         metrics |= {
             "measured_latency_ms": summary.latency_ms,
@@ -508,4 +523,6 @@ FINAL_METRICS = (
     "time_to_onnxruntime_parity_s",
     "estimated_model_latency_ms",
     "residual_ms",
+    "tuning_s_used",
+    "tuning_s_saved",
 )

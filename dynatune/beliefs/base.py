@@ -7,6 +7,11 @@ time to a task's first improvement -- and a model adds :meth:`Beliefs.predict`.
 
 - ``curves`` (:mod:`.curves`): Bayesian learning-curve extrapolation (the model since session 1);
 - ``headroom`` (:mod:`.headroom`): roofline headroom with a zero-inflated jump likelihood.
+
+Beside one slot's gain, a model answers two questions the run asks of it: what a task could still gain over
+the rest of a budget (:meth:`Beliefs.predict_rest`, what :mod:`dynatune.run.stopping` weighs to end a run
+early), and whether a task is at a bound it cannot pass (:meth:`Beliefs.limit`: at its roof, ``at_roof`` of
+its roofline bound or more), so that it gets no slot while another task can gain.
 """
 
 from __future__ import annotations
@@ -18,6 +23,16 @@ from dataclasses import dataclass
 import numpy as np
 
 STALL_PRIOR = (0.8, 0.8)  # prior means of pi (task can improve) and h (per-slot chance it first does)
+# a kernel at this share of its roofline bound or more is at its roof: the peak is one GEMM's, measured
+# within 2-3 % from run to run (MLAS against numpy's BLAS, four measurements at 200-205 GFLOP/s, BENCHMARKS.md
+# session 35), and the adaptive measurement settles a latency within 2 %; the last 5 % is inside their noise
+AT_ROOF = 0.95
+MAX_REST_SLOTS = 10_000  # a rest of budget is looked at this many slots ahead at most
+
+
+def rest_slots(slots: float) -> int:
+    """The whole slots of a rest of ``slots`` (a part slot counts: a run's last slot is a short one)."""
+    return min(max(math.ceil(slots - 1e-9), 0), MAX_REST_SLOTS)
 
 
 def _valid(b) -> bool:
@@ -88,8 +103,10 @@ class Beliefs(ABC):
         prior_strength: float = 2.0,
         stall_strength: float = 2.0,
         max_points: int = 96,
+        at_roof: float = AT_ROOF,
     ):
         self.min_points = min_points
+        self.at_roof = at_roof
         self.prior_gain = prior_gain
         self.prior_gain_tuned = prior_gain_tuned
         self.prior_strength = prior_strength
@@ -178,6 +195,32 @@ class Beliefs(ABC):
         """``(gain_mean_s, gain_std_s, note)``: the expected drop of ``weight x best`` after one more slot,
         in seconds, its standard deviation (the uncertainty of that expectation, what UCB explores), and
         a short note on where the figure comes from."""
+
+    def predict_rest(
+        self, task, slot_s: float, slots: float, best_s: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(gain_mean_s, gain_std_s)``, each an array over ``n = 1 .. ceil(slots)``: the expected drop of
+        ``weight x best`` if the task got ``n`` more slots (of the rest of a budget), in seconds, and the
+        uncertainty of that expectation.
+
+        This default knows nothing of how gains fade: ``n`` times one slot's, never more than the task's whole
+        weighted latency. A model that knows better says so (the headroom's jumps compound on what is left, a
+        learning curve's trend flattens)."""
+        best = task.best_s if best_s is None else best_s
+        n = np.arange(1, rest_slots(slots) + 1, dtype=float)
+        if not _valid(best):
+            return np.zeros_like(n), np.zeros_like(n)
+        mean, std, _ = self.predict(task, slot_s, best)
+        whole = task.weight * best
+        return np.minimum(n * mean, whole), np.minimum(n * std, whole)
+
+    def limit(self, task) -> str:
+        """Why ``task`` can gain nothing more here, or "" when it can: its best is at its roof (``at_roof`` of
+        its roofline bound, ``TaskView.bound_s``, or faster). Call after :meth:`observe`."""
+        bound, best = float(getattr(task, "bound_s", 0.0) or 0.0), task.best_s
+        if bound > 0 and _valid(best) and bound / best >= self.at_roof:
+            return f"at its roof ({bound / best:.0%} of its roofline bound)"
+        return ""
 
     def clear(self) -> None:
         self._curves.clear()

@@ -58,6 +58,9 @@ large -- ``prior_gain`` for an untuned task, ``prior_gain_tuned`` once it has 1-
 (empirical Bayes) by the relative drops the model's other tasks actually saw at the same slot number
 (see :class:`BeliefModel`).
 
+Over the rest of a budget (``predict_rest``, ``R`` slots) the gain is the trend's drop from the last point to
+``R`` slots later, by the same closed form.
+
 Speed. Fits are cached per task, keyed by the history (length and last point) and the slot length,
 so only the task that was just tuned is refitted; long histories are thinned to ``max_points``.
 """
@@ -70,7 +73,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import ndtr
 
-from dynatune.beliefs.base import Beliefs, _valid
+from dynatune.beliefs.base import Beliefs, _valid, rest_slots
 
 FAMILIES = ("pow3", "log_power", "exp3", "weibull")
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -224,6 +227,23 @@ class BeliefModel(Beliefs):
         unit = task.weight * self.curve(task, slot_s).ref
         top = max(fit.family_weights, key=fit.family_weights.get)
         return fit.gain_mean * unit, fit.gain_std * unit, top
+
+    def predict_rest(
+        self, task, slot_s: float, slots: float, best_s: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The drop of the fitted trend over the whole rest (one fit, at its end), spread evenly over its
+        slots."""
+        best = task.best_s if best_s is None else best_s
+        fit = self.fit_task(task, slot_s) if _valid(best) and slots > 0 else None
+        if fit is None:
+            return super().predict_rest(task, slot_s, slots, best)
+        c = self.curve(task, slot_s)
+        x, y = _thin(c.x, c.y, self.max_points)
+        n = rest_slots(slots)
+        rest = fit_curve(x, y, x[-1] + n)
+        unit = task.weight * c.ref
+        share = np.arange(1, n + 1, dtype=float) / n
+        return rest.gain_mean * unit * share, rest.gain_std * unit * share
 
 
 CurveBeliefs = BeliefModel

@@ -29,6 +29,16 @@ Gamma posterior), of ``E[u]`` and of ``H`` (the attainable fraction; coefficient
 ``h_cv / sqrt(1 + tuned tasks of the kind)``), as the product of independent factors. Before its first
 improvement a task has the shared prior of :class:`~.base.Beliefs` (first drops and the stall model),
 capped at its headroom.
+
+Over the rest of a budget (:meth:`HeadroomBeliefs.predict_rest`, ``R`` slots) the jumps compound on what is
+left: the ``j``-th future slot jumps with ``p(n + j) r`` and takes ``E[u]`` of the headroom left, so the
+expected gain is ``H (1 - prod_j (1 - p(n + j) r E[u]))``, never more than the headroom. Its standard
+deviation: the same share with ``r E[u]`` one standard deviation higher (the task's Gamma posterior and
+``u``'s spread), and the headroom's own coefficient of variation.
+
+Bounds (:meth:`HeadroomBeliefs.limit`): a task at its roof (``at_roof`` of its compute or memory bound), or at
+its floor within ``jump_rel_tol`` (no jump left to see), can gain nothing more: the scheduler gives it no slot
+while another task can gain.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ import statistics
 
 import numpy as np
 
-from dynatune.beliefs.base import Beliefs, _valid
+from dynatune.beliefs.base import Beliefs, _valid, rest_slots
 
 _P0 = np.geomspace(0.02, 1.0, 24)[:, None, None]  # the jump law's grid: p0 x gamma x slots
 _GAMMA = np.linspace(0.0, 2.0, 21)[None, :, None]
@@ -185,6 +195,45 @@ class HeadroomBeliefs(Beliefs):
         if _bound(task) <= 0:
             return task.best_s * (1.0 - self._rel_headroom) if _valid(task.best_s) else 0.0
         return _bound(task) / self.phi_star.get(self.kind(task), self.phi_prior)
+
+    def limit(self, task) -> str:
+        """At its roof (the compute or the memory bound, :meth:`kind`), or at its floor within
+        ``jump_rel_tol``: "" when it can still gain."""
+        roof = super().limit(task)
+        if roof:
+            which = "memory" if self._memory_bound.get(task.index, False) else "compute"
+            return roof.replace("roofline bound", f"{which} bound")
+        best, floor = task.best_s, self.floor(task)
+        if _valid(best) and floor > 0 and best <= floor * (1.0 + self.jump_rel_tol):
+            return f"at its reachable floor ({floor * 1e3:.4g} ms)"
+        return ""
+
+    def predict_rest(
+        self, task, slot_s: float, slots: float, best_s: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        best = task.best_s if best_s is None else best_s
+        headroom = task.weight * max(best - self.floor(task), 0.0) if _valid(best) else 0.0
+        c = self.curve(task, slot_s)
+        if c.x.size == 0:  # no improvement yet: the shared prior's, at most the headroom
+            mean, std = super().predict_rest(task, slot_s, slots, best)
+            return np.minimum(mean, headroom), np.minimum(std, headroom)
+        ks, jumped, _ = self._steps(task, slot_s)
+        expected = sum(self.jump_probability(k) for k in ks.tolist())
+        jumps, a = int(jumped.sum()), self.task_strength
+        record = (jumps + a) / (expected + a)  # the task's own record, as in predict
+        p0, gamma = self.jump_law
+        future = np.arange(c.x.size + 1, c.x.size + 1 + rest_slots(slots), dtype=float)
+        step = np.minimum(p0 * future**-gamma * record, 0.999) * self.u_mean  # expected share of each slot
+
+        def taken(scale: float) -> np.ndarray:  # the share of the headroom n slots take, jumps compounding
+            return 1.0 - np.cumprod(1.0 - np.minimum(step * scale, 1.0))
+
+        rel = math.sqrt((1.0 + 1.0 / (jumps + a)) * (1.0 + self.u_var / self.u_mean**2) - 1.0)
+        share = taken(1.0)
+        spread = taken(1.0 + rel) - share  # one standard deviation of the task's rate and jump size
+        cv = self.h_cv / math.sqrt(1 + self.tuned_in_kind.get(self.kind(task), 0))
+        std = headroom * np.sqrt(spread**2 * (1.0 + cv * cv) + (share * cv) ** 2)
+        return headroom * share, std
 
     def jump_probability(self, k: int) -> float:
         p0, gamma = self.jump_law

@@ -62,6 +62,7 @@ def live_config(
             "compile.measure_untuned=false",
             "compile.profile=false",
             "library.enabled=false",
+            "stopping.enabled=false",  # the schedulers compared at the same budget, spent
         ],
         model=path,
         shapes=shapes or None,

@@ -57,6 +57,7 @@ class ReplayResult:
     skipped: list = field(
         default_factory=list
     )  # tasks without a valid untuned latency (not in the objective)
+    stop: dict | None = None  # the stopping rule's check that ended the replay (None: it did not)
 
 
 def _rows(traces) -> list[dict]:
@@ -100,10 +101,13 @@ def replay(
     exhaust_at_end: bool | None = None,
     stop_at: float | None = None,
     stop_after_s: float = 0.0,
+    stopping=None,
 ) -> ReplayResult:
     """Replay ``scheduler`` on ``traces`` for ``budget_s`` seconds of slots of ``slot_s`` seconds.
 
     ``stop_at``: also stop once the objective is <= this value and at least ``stop_after_s`` elapsed.
+    ``stopping``: a :class:`~dynatune.run.stopping.StoppingRule`, checked after every round as a live run
+    checks it; the replay ends when it says stop (:attr:`ReplayResult.stop`).
     """
     rows = _tasks_of(traces)
     tasks, times, trials, bests = [], [], [], []
@@ -137,7 +141,9 @@ def replay(
         return math.fsum(w * t._best for w, t in zip(weights, tasks) if math.isfinite(t._best))
 
     spent = [0.0] * len(tasks)  # tuning seconds each task has had
-    elapsed, rnd = 0.0, 0
+    elapsed, rnd, stop = 0.0, 0, None
+    if stopping is not None:
+        stopping.attach(scheduler)
     curve, choices, dts = [(0.0, objective())], [], []
     while elapsed < budget_s - 1e-9:
         if stop_at is not None and curve[-1][1] <= stop_at and elapsed >= stop_after_s - 1e-9:
@@ -156,9 +162,13 @@ def replay(
         elapsed += spent[i] - start
         choices.append(i)
         curve.append((elapsed, objective()))
-    return ReplayResult(
-        curve, choices, statistics.fmean(dts) if dts else 0.0, max(dts, default=0.0), curve[-1][1], skipped
-    )
+        if stopping is not None:
+            check = stopping.check(RoundContext(tasks, rnd, slot_s, elapsed, budget_s))
+            if check.stop:
+                stop = check.as_dict()
+                break
+    dt_mean = statistics.fmean(dts) if dts else 0.0
+    return ReplayResult(curve, choices, dt_mean, max(dts, default=0.0), curve[-1][1], skipped, stop)
 
 
 def slot_end(times: list, start: float, slot_s: float) -> float:

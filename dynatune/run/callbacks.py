@@ -47,6 +47,18 @@ class TaskRetired:
     note: str
 
 
+@dataclass
+class TuningEnded:
+    """Tuning is over (the budget spent, or stopped before it: :mod:`dynatune.run.stopping`)."""
+
+    stopped_early: bool
+    reason: str  # one sentence, with its figures
+    elapsed_s: float  # tuning seconds used
+    budget_s: float
+    saved_s: float  # the budget's seconds not used (0 when it was spent)
+    round: int  # the last round's number (its MLflow step); -1 before the first
+
+
 class RunCallback:
     """Base class: every event is a no-op."""
 
@@ -69,6 +81,9 @@ class RunCallback:
 
     def on_measurement(self, m: ModelMeasurement) -> None:
         """The periodic whole-model measurement."""
+
+    def on_tuning_end(self, event: TuningEnded) -> None:
+        """Tuning is over, before the compile: why (the budget spent, or the beliefs' stop)."""
 
     def on_finish(self, summary: RunSummary, report_dir: str) -> None:
         """The run ended: compiled, verified, report written. A callback may set fields of ``summary`` (the
@@ -122,6 +137,9 @@ class CallbackList(RunCallback):
     def on_measurement(self, m):
         self.round = m.round
         self._each("on_measurement", m)
+
+    def on_tuning_end(self, event):
+        self._each("on_tuning_end", event)
 
     def on_finish(self, summary, report_dir):
         for c in self.callbacks:

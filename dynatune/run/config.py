@@ -150,6 +150,26 @@ class LibrarySection(Section):
     fingerprint: Text | None = None  # the kind of machine the records are for; this one's when not given
 
 
+class StoppingSection(Section):
+    """When a run ends before its budget (:mod:`dynatune.run.stopping`): the budget is a cap."""
+
+    enabled: bool = True  # stop when the beliefs say the model cannot get meaningfully faster
+    # ... when the most the rest of the budget could still buy (the beliefs' upper bound) is below this share
+    # of the model's estimated latency: on the recorded traces, 2 % lost at most 1.2 % of the full budget's
+    # model and saved a fifth of a budget twice their length (5 %: lost up to 2.9 %; BENCHMARKS.md, s. 36)
+    min_gain_share: float = Field(0.02, gt=0, lt=1)
+    patience: int = Field(3, ge=1)  # ... at this many checks in a row (one after each round)
+    confidence: float = Field(1.0, ge=0)  # the upper bound: mean + confidence x std of the beliefs
+
+    def rule(self):
+        """The rule these settings ask for (None when stopping is off)."""
+        from dynatune.run.stopping import BeliefStopping
+
+        if not self.enabled:
+            return None
+        return BeliefStopping(self.min_gain_share, self.patience, self.confidence)
+
+
 class Config(Section):
     """A tuning run's config (one YAML file): every key optional, see configs/quickstart.yaml."""
 
@@ -170,6 +190,7 @@ class Config(Section):
     prefect_api_url: Text | None = None
     warm_start: list = Field(default_factory=list)  # earlier work dirs whose records seed this run
     library: LibrarySection = Field(default_factory=LibrarySection)
+    stopping: StoppingSection = Field(default_factory=StoppingSection)
     # ONNX Runtime's time per task's operator, measured at the start: the beliefs' reachable floors
     anchors: bool = True
     _source: str = PrivateAttr("(defaults)")  # where it was read from: not a setting

@@ -174,6 +174,7 @@ class TuningRun:
                 warmup_trials=cfg.warmup_trials,
                 roofline=self.roofline,
                 anchors=self.anchors,
+                stopping=cfg.stopping.rule(),
             )
             atomic_write_json(WorkDir(cfg.work_dir).tasks, [t.as_dict() for t in self.tasks])
             self.on_stage("untuned latencies", f"{len(self.tasks)} tasks")
@@ -344,6 +345,7 @@ def _rounds(tuner, steps, cbs, periodic) -> None:
             cbs.on_stage("measurement", "compile and time the model beside ONNX Runtime")
             cbs.on_measurement(periodic.measure())
             stage = None  # the next round says which stage it is in again
+    cbs.on_tuning_end(tuner.ending())
 
 
 # -- summary and report -------------------------------------------------------------------------------
@@ -352,6 +354,7 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSumma
     pipeline adds the library's part, the profile and the residual."""
     session = tuner.session
     elapsed_s = round(tuner.elapsed_s, 3)
+    end = tuner.ending()
     parity_s = periodic.parity_s()  # with the final measurement, when there was one
     measured = {}
     if report is not None:  # no parity from a ratio taken on a busy machine
@@ -395,6 +398,12 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSumma
         estimate_excludes=session.excluded_tasks(),
         warmup_rounds=sum(1 for r in tuner.rounds if r.get("phase") == "warmup"),
         never_tuned_tasks=tuner.never_tuned(),
+        stopped_early=end.stopped_early,
+        stop_reason=end.reason,
+        tuning_s_used=elapsed_s,
+        tuning_s_saved=round(end.saved_s, 3),
+        stop_check=tuner.last_check(),
+        confirmed=tuner.confirmation(),
         work_dir=cfg.work_dir,
         measurements=periodic.points,
         time_to_onnxruntime_parity_s=parity_s,

@@ -104,8 +104,27 @@ class LiveView(RunCallback):
             f"{what} {run.untuned_estimate_s * 1e3:.2f} ms, {run.rounds_done} rounds done, "
             f"{run.elapsed_s:.0f}/{self.cfg.budget_s:.0f} s spent"
         )
+        stop, reopened = run.state.get("stop"), run.state.get("reopened_stop")
+        if stop:
+            self._say(
+                f"stopped earlier at {stop['elapsed_s']:.0f} s: {stop['reason']}; the same budget and "
+                "tasks, so tuning does not go on (a larger --budget, or --no-stop, tunes on)"
+            )
+        elif reopened:
+            self._say(f"stopped earlier at {reopened['elapsed_s']:.0f} s; tuning goes on: {reopened['why']}")
+        confirmed = run.state.get("confirmed")
+        if confirmed and not run.rounds_done:
+            self._say(
+                f"confirmed: {len(confirmed)} tasks' best schedules from earlier runs measured again here"
+            )
         if self.progress:
             self.progress.update(self.task_id, completed=run.elapsed_s)
+
+    def on_tuning_end(self, event) -> None:
+        if event.stopped_early:
+            self._say(f"tuning over, {event.saved_s:.0f} s of the budget saved: {event.reason}")
+        else:
+            self._say(f"tuning over: {event.reason}")
 
     def on_round(self, rec) -> None:
         gain = (self.last_est - rec.estimated_latency_s) * 1e3 if self.last_est is not None else 0.0
@@ -186,6 +205,9 @@ class LiveView(RunCallback):
                 f"  numerics vs ONNX Runtime: max rel err {s.max_rel_err:.2e}{each} "
                 f"({'ok' if s.numerics_ok else 'FAILED'})"
             )
+        if s.stop_reason:
+            saved = f" ({s.tuning_s_saved:.0f} s saved)" if s.stopped_early and s.tuning_s_saved else ""
+            lines.append(f"  why tuning ended{saved}: {s.stop_reason}")
         if s.never_tuned_tasks:
             lines.append(
                 f"  {len(s.never_tuned_tasks)} of {s.tasks} tasks were never tuned (the budget "

@@ -422,6 +422,8 @@ _HEADLINE = [
     ("trials", "trials", _int),
     ("elapsed_s", "tuning time (s)", lambda v: _fmt(v, ".1f")),
     ("budget_s", "budget (s)", lambda v: _fmt(v, ".1f")),
+    ("stopped_early", "stopped before the budget", _text),
+    ("tuning_s_saved", "tuning seconds saved", lambda v: _fmt(v, ".1f")),
     ("wall_s", "wall time (s)", lambda v: _fmt(v, ".1f")),
     ("estimated_latency_ms", "estimated latency (ms)", lambda v: _fmt(v, ".3f")),
     (
@@ -476,6 +478,24 @@ def markdown_report(summary: RunSummary | dict | None, rounds: list[dict], path:
     )
     lines.append(f"| threads (TVM's and ONNX Runtime's) | {_int(summary.threads)} |")
     lines.append("")
+    if summary.stop_reason:
+        lines += [f"Why tuning ended: {_md_escape(summary.stop_reason)}.", ""]
+    conf = summary.confirmed
+    if conf:
+        failed = conf.get("failed") or []
+        lines += [
+            f"{_int(conf.get('tasks'))} tasks started from schedules measured in earlier runs (the schedule "
+            f"library, a warm start); measured again here, they took "
+            f"{_fmt(conf.get('median_ratio'), '.3f')}x their recorded time (median; the most, "
+            f"{_fmt(conf.get('worst_ratio'), '.3f')}x, {_md_escape(_text(conf.get('worst_task')))})"
+            + (
+                f"; {len(failed)} did not build or run: {', '.join(_md_escape(n) for n in failed)}"
+                if failed
+                else ""
+            )
+            + ".",
+            "",
+        ]
     never = summary.never_tuned_tasks
     if never:
         lines += [

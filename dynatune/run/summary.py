@@ -54,6 +54,25 @@ class RunSummary(BaseModel):
     never_tuned_tasks: list[str] = Field(
         default_factory=list, description="tasks that never got a batch (they run their untuned schedules)"
     )
+    # -- why tuning ended (dynatune.run.stopping) ------------------------------------------------------
+    stopped_early: bool | None = Field(
+        None, description="tuning ended before the budget: the beliefs' stop, or every task retired"
+    )
+    stop_reason: str | None = Field(None, description="why tuning ended, one sentence with its figures")
+    tuning_s_used: float | None = Field(None, description="tuning seconds used (the budget's clock)")
+    tuning_s_saved: float | None = Field(
+        None, description="the budget's seconds a stop left unused (0 when the budget was spent)"
+    )
+    stop_check: dict | None = Field(
+        None,
+        description="the stopping rule's last check (dynatune.run.stopping.StopCheck: the best task's gain "
+        "over the rest, the threshold, the streak); None with stopping off",
+    )
+    confirmed: dict | None = Field(
+        None,
+        description="tasks started from records measured elsewhere (library, warm start), their best "
+        "measured again here: how many, measured / recorded (median, worst); written only when some were",
+    )
     # -- the compiled model (None when the run did not compile and verify) --------------------------
     latency_ms: float | None = Field(None, description="the compiled model's measured latency (ms)")
     untuned_latency_ms: float | None = Field(None, description="the untuned TVM model's latency (ms)")
@@ -141,6 +160,7 @@ class RunSummary(BaseModel):
 
     # fields that summary.json holds only when they are known (as the dict it replaced did)
     ONLY_WHEN_SET: ClassVar[tuple[str, ...]] = (
+        "confirmed",
         "max_rel_err_per_input",
         "timing_under_load",
         "timing_load_cores",

@@ -21,21 +21,38 @@ never tuned gets that same first batch, not a whole slot: a whole slot on a tiny
 concatenation) costs as much as one on the heaviest convolution, and its first batch already brings
 most of what it can. The scheduler decides again, with that batch's result. With the pass off
 (``warmup_share`` 0) the scheduler alone decides, in whole slots.
+
+Stopping: the budget is a cap. With a stopping rule (:mod:`dynatune.run.stopping`) every round ends with a
+check, stored with the round (``stop_check``); when the rule says stop, the check (with the budget, the task
+set and the rule's settings it was made for) is kept as ``run.json``'s ``stop`` and the run is done. A resumed
+run honours it only for the same of all three: with a larger budget, other tasks or settings, or stopping off,
+the stop moves to ``earlier_stops`` and tuning goes on (the rule counts afresh, so it looks again after at
+least one round).
+
+Confirmation: a new work dir whose tasks start from records measured elsewhere (the schedule library, a warm
+start) measures each such task's best schedule again, in one batch, before the first round (``run.json``'s
+``confirmed``: recorded and measured seconds per task).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
 from dynatune.files import WorkDir, atomic_write_json
+from dynatune.run.callbacks import TuningEnded
 from dynatune.run.workdir_state import check_same_run, read_rounds, read_run_state
 from dynatune.schedulers import Belief, RoundContext, TaskView, make_scheduler
 from dynatune.search.database import JsonlWriter
 from dynatune.search.session import RoundResult, TuningSession
 
-__all__ = ["RoundRecord", "Tuner", "check_same_run", "task_bounds"]
+log = logging.getLogger(__name__)
+
+__all__ = ["RoundRecord", "Tuner", "check_same_run", "task_bounds", "task_set"]
 
 
 @dataclass
@@ -53,6 +70,7 @@ class RoundRecord:
     scheduler_state: dict = field(default_factory=dict)  # after this round (stored with it: one atomic line)
     phase: str = "scheduler"  # "warmup": the coverage pass chose the task, not the scheduler
     residual_s: float | None = None  # what the estimate misses, as last measured (None: not yet measured)
+    stop_check: dict | None = None  # the stopping rule's check after this round (None: stopping off)
 
     @property
     def estimated_model_latency_s(self) -> float | None:
@@ -79,9 +97,11 @@ class Tuner:
         warmup_trials: int = 8,
         roofline=None,
         anchors: dict[int, float] | None = None,
+        stopping=None,
     ):
         """``roofline``: this machine's (:mod:`dynatune.machine.roofline`), for each task's latency bound
-        (None: unknown). ``anchors``: ONNX Runtime's time for a task's operator (s), where it is known."""
+        (None: unknown). ``anchors``: ONNX Runtime's time for a task's operator (s), where it is known.
+        ``stopping``: a :class:`~dynatune.run.stopping.StoppingRule` (None: the run spends its budget)."""
         self.session = session
         self.tasks = session.tasks
         self.budget_s = budget_s
@@ -103,6 +123,12 @@ class Tuner:
         self._writer = JsonlWriter(self.rounds_path)
         self.bounds = task_bounds(self.tasks, roofline)
         self.anchors = anchors or {}
+        self.task_set = task_set(self.tasks)
+        self.stopping = stopping
+        if stopping is not None:
+            stopping.attach(self.scheduler)
+            stopping.load_state_dict((self.rounds[-1].get("stop_check") or {}) if self.rounds else {})
+        self._look_at_recorded_stop()
 
     # -- state -----------------------------------------------------------------------------------
     def _load_run_state(self) -> dict:
@@ -114,6 +140,80 @@ class Tuner:
         state["rounds_done"] = self.rounds[-1]["round"] + 1 if self.rounds else 0
         state["elapsed_s"] = self.rounds[-1]["elapsed_s"] if self.rounds else 0.0
         return state
+
+    def _look_at_recorded_stop(self) -> None:
+        """Honour a recorded stop for the same budget and tasks; otherwise move it to ``earlier_stops``, say
+        why (``run_state["reopened_stop"]``), and let the rule count afresh."""
+        state = self.run_state
+        state.pop("reopened_stop", None)  # this process's own, if any
+        earlier = state.setdefault("earlier_stops", [])
+        stop = state.get("stop")
+        last = self.rounds[-1].get("stop_check") if self.rounds else None
+        if (
+            stop is None
+            and last
+            and last.get("stop")
+            and all(e.get("round") != last.get("round") for e in earlier)
+        ):
+            stop = last  # stopped, and killed before run.json was written
+        state["stop"] = None
+        if stop is None:
+            return
+        if self.stopping is None:
+            why = "stopping is off"
+        elif self.budget_s > stop.get("budget_s", math.inf) + 1e-9:
+            why = f"the budget rose from {stop['budget_s']:.0f} s to {self.budget_s:.0f} s"
+        elif stop.get("tasks") != self.task_set:
+            why = "the model's tasks changed"
+        elif stop.get("settings") != self.stopping.settings():
+            why = "the stopping settings changed"
+        else:
+            state["stop"] = stop
+            return
+        earlier.append({**stop, "reopened": why})
+        state["reopened_stop"] = {
+            "elapsed_s": stop.get("elapsed_s"),
+            "reason": stop.get("reason"),
+            "why": why,
+        }
+        if self.stopping is not None:
+            self.stopping.reset()
+
+    @property
+    def stopped(self) -> bool:
+        """The stopping rule ended tuning (now, or in an earlier process for this budget and these tasks)."""
+        return self.run_state.get("stop") is not None
+
+    def last_check(self, whole_slot: bool = False) -> dict | None:
+        """The stopping rule's last check (None: it never looked); ``whole_slot``: the last one with at least
+        a slot of the budget left (at the very end the rest is nothing, and so is what it could buy)."""
+        checks = [r["stop_check"] for r in reversed(self.rounds) if r.get("stop_check")]
+        if whole_slot:
+            checks = [c for c in checks if c.get("slots_left", 0) >= 1] or checks
+        return next(iter(checks), None)
+
+    def ending(self) -> TuningEnded:
+        """Whether tuning ended before the budget, and why: one sentence for the console, the summary, the
+        report and MLflow."""
+        stop, at = (
+            self.run_state.get("stop"),
+            f"stopped at {self.elapsed_s:.0f} s of the {self.budget_s:.0f} s budget",
+        )
+        if stop is not None:
+            reason = f"{at}: {stop['reason']}"
+        elif self._all_retired and self.remaining_s() > 0.05 * self.slot_s:
+            reason = (
+                f"{at}: every task is retired (exhausted, at a bound it cannot pass, or too small to matter)"
+            )
+        else:
+            spent, last = f"tuned for the whole budget ({self.budget_s:.0f} s)", self.last_check(True)
+            if self.stopping is None:
+                reason = f"{spent}: stopping is off"
+            else:
+                reason = f"{spent}; at the last check with a slot left, {last['reason']}" if last else spent
+            return TuningEnded(False, reason, self.elapsed_s, self.budget_s, 0.0, self.rounds_done - 1)
+        saved = max(self.budget_s - self.elapsed_s, 0.0)
+        return TuningEnded(True, reason, self.elapsed_s, self.budget_s, saved, self.rounds_done - 1)
 
     def save_run_state(self, **extra) -> None:
         self.run_state.update(extra)
@@ -134,8 +234,44 @@ class Tuner:
         """Round 0: measure every task's default latency (once per work dir). Returns the estimate (s)."""
         self.session.warm_up()
         self.session.measure_defaults()
+        self.confirm_seeded()
         self.save_run_state()
         return self.session.estimated_latency()
+
+    def confirm_seeded(self) -> dict:
+        """Once per work dir, before its first round: every task that starts from a record measured elsewhere
+        (the library, a warm start) has that best schedule measured again here (``run_state["confirmed"]``:
+        task name -> [recorded s, measured s])."""
+        if "confirmed" in self.run_state or self.rounds_done:
+            return self.run_state.get("confirmed") or {}
+        session = self.session
+        seeded = [t.index for t in self.tasks if math.isfinite(session.db.best_latency(t.key))]
+        recorded = {i: session.db.best_latency(self.tasks[i].key) for i in seeded}
+        try:
+            measured = session.measure_best(seeded) if seeded else {}
+        except Exception as exc:  # noqa: BLE001 - a check of records, not tuning: the run goes on without it
+            log.warning(
+                "the best schedules of %d seeded tasks could not be measured again: %s", len(seeded), exc
+            )
+            measured = {}
+        self.run_state["confirmed"] = {self.tasks[i].name: [recorded[i], s] for i, s in measured.items()}
+        return self.run_state["confirmed"]
+
+    def confirmation(self) -> dict | None:
+        """What :meth:`confirm_seeded` found, for the summary: how many tasks, and their measured / recorded
+        best (median, and the worst one); None when no task started from elsewhere."""
+        confirmed = self.run_state.get("confirmed") or {}
+        if not confirmed:
+            return None
+        ratios = {name: m / r for name, (r, m) in confirmed.items() if r > 0 and math.isfinite(m)}
+        worst = max(ratios, key=ratios.get) if ratios else None
+        return {
+            "tasks": len(confirmed),
+            "failed": sorted(set(confirmed) - set(ratios)),  # its best did not build or run here
+            "median_ratio": statistics.median(ratios.values()) if ratios else None,
+            "worst_ratio": ratios.get(worst),
+            "worst_task": worst,
+        }
 
     def context(self) -> RoundContext:
         views = []
@@ -165,7 +301,7 @@ class Tuner:
         return max(0.0, self.budget_s - self.elapsed_s)
 
     def done(self) -> bool:
-        return self.remaining_s() <= 0.05 * self.slot_s or self._all_retired
+        return self.remaining_s() <= 0.05 * self.slot_s or self._all_retired or self.stopped
 
     _all_retired = False
 
@@ -231,6 +367,7 @@ class Tuner:
         row = next((b for b in table if b.task == choice), None)
         self.run_state["elapsed_s"] = self.elapsed_s + res.wall_s
         self.run_state["rounds_done"] = self.rounds_done + 1
+        check = self._check_stop(round_no)
         rec = RoundRecord(
             round=round_no,
             task=choice,
@@ -245,11 +382,24 @@ class Tuner:
             scheduler_state=self.scheduler.state_dict(),
             phase=phase,
             residual_s=self.residual_s(),
+            stop_check=check,
         )
         self._writer.append(rec.line())
         self.rounds.append(rec.line())
         self.save_run_state()
         return rec
+
+    def _check_stop(self, round_no: int) -> dict | None:
+        """The stopping rule's look after round ``round_no`` (the round's state already counted); a stop is
+        kept with the budget and the tasks it was decided for."""
+        if self.stopping is None:
+            return None
+        check = self.stopping.check(self.context()).as_dict()
+        if check["stop"]:
+            at = dict(round=round_no, elapsed_s=self.elapsed_s, budget_s=self.budget_s, tasks=self.task_set)
+            check.update(at, settings=self.stopping.settings())
+            self.run_state["stop"] = check
+        return check
 
     def run_rounds(self, on_round=None) -> list[tuple[float, float]]:
         """Rounds until the budget is spent (or every task is retired), after :meth:`prepare`.
@@ -274,6 +424,11 @@ class Tuner:
         self._writer.close()
         self.save_run_state()
         self.session.close()
+
+
+def task_set(tasks) -> str:
+    """A short hash of the tasks' keys: a recorded stop holds for this set of tasks only."""
+    return hashlib.sha256("\n".join(sorted(t.key for t in tasks)).encode()).hexdigest()[:16]
 
 
 def task_bounds(tasks, roofline) -> dict[int, float]:

@@ -79,6 +79,7 @@ class Belief:
     visits: int
     retired: bool = False
     note: str = ""
+    at_bound: bool = False  # at a bound it cannot pass (its roof, its floor): no slot while another can gain
 
 
 class Scheduler(ABC):
@@ -112,6 +113,11 @@ class Scheduler(ABC):
             Belief(t.index, t.name, t.weight, t.best_s, 0.0, 0.0, 0.0, t.visits, t.exhausted)
             for t in ctx.tasks
         ]
+
+    @property
+    def gain_beliefs(self):
+        """The :class:`~dynatune.beliefs.Beliefs` behind the choices (None: a scheduler without beliefs)."""
+        return None
 
     def state_dict(self) -> dict:
         return {}

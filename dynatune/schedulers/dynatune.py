@@ -25,6 +25,10 @@ apart, and ``fallback`` picks: ``"share"`` (default) the largest weighted latenc
 then a jump), so on the recorded traces ``"uncertain"`` kept probing small tasks that never improved
 (``bench/replay_sweep.py``, BENCHMARKS.md). A task with no valid latency
 at all (not even its default) cannot be valued: it is warmed up last and otherwise scores 0.
+
+Bounds: a task the beliefs put at a bound it cannot pass (:meth:`~dynatune.beliefs.Beliefs.limit`: its roof,
+or its reachable floor) is retired with that note, and gets no slot, not even from ``fallback``, while another
+task can still gain: a heavy kernel at 97 % of the machine's peak would otherwise keep the largest share.
 """
 
 from __future__ import annotations
@@ -95,6 +99,12 @@ class DynaTuneScheduler(ParamScheduler):
                     Belief(t.index, t.name, t.weight, best, 0.0, 0.0, -math.inf, t.visits, True, "exhausted")
                 )
                 continue
+            bound = self.model.limit(t)
+            if bound:  # nothing left to gain: no slot while another task can gain
+                table.append(
+                    Belief(t.index, t.name, t.weight, best, 0.0, 0.0, 0.0, t.visits, True, bound, True)
+                )
+                continue
             mean, std, note = self.model.predict(t, ctx.slot_s, best)
             if not math.isfinite(best):  # no latency measured: warmed up last, then only as a fallback
                 table.append(Belief(t.index, t.name, t.weight, best, 0.0, 0.0, 0.0, t.visits, False, note))
@@ -127,6 +137,7 @@ class DynaTuneScheduler(ParamScheduler):
             if self.stop_when_negligible:
                 return None
             alive = [b for b, t in zip(table, ctx.tasks) if not t.exhausted]  # negligible ones
+            alive = [b for b in alive if not b.at_bound] or alive  # at a bound: only when all are
             if not alive:
                 return None
             if self.fallback == "share":
@@ -144,6 +155,10 @@ class DynaTuneScheduler(ParamScheduler):
 
     def beliefs(self, ctx: RoundContext) -> list[Belief]:
         return list(self._evaluate(ctx))
+
+    @property
+    def gain_beliefs(self):
+        return self.model
 
     def state_dict(self) -> dict:
         # beliefs are a pure function of the task histories: nothing else to save

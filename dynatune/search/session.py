@@ -591,6 +591,26 @@ class TuningSession:
         their RunnerResults, in order. They are not recorded."""
         return self._build_and_run(cands, tasks=tasks)[0]
 
+    def measure_best(self, indices) -> dict[int, float]:
+        """Each task's best schedule (as the compile applies it) measured again, all in one batch: ``{task
+        index: mean seconds}`` (inf: it failed to build or run), for the tasks of ``indices`` that have one.
+        Not recorded: a record from elsewhere (the schedule library, a warm start) confirmed here."""
+        from dynatune.search.replay import measure_candidate
+
+        cands, tasks = [], []
+        for i in indices:
+            t = self.tasks[i]
+            self.db.workload(t.key, t.mod)
+            sch = self.db.memory.query_schedule(t.mod, self.target, "main")
+            if sch is not None:
+                cands.append(measure_candidate(sch))
+                tasks.append(t)
+        results = self.time_candidates(cands, tasks) if cands else []
+        return {
+            t.index: mean_secs(r.run_secs) if r.error_msg is None and r.run_secs else math.inf
+            for t, r in zip(tasks, results)
+        }
+
     def index_bounds(self, task: Task) -> dict[int, int]:
         """``{param position: high}`` of the task's index arguments
         (:func:`dynatune.search.index_args.index_bounds`)."""

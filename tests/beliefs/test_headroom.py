@@ -185,3 +185,67 @@ def test_a_live_tuner_gives_the_scheduler_each_tasks_bound_and_headroom_beliefs(
         assert bare.context().tasks[0].bound_s == 0.0  # no roofline: unknown
     finally:
         bare.close()
+
+
+# -- bounds and the rest of a budget ---------------------------------------------------------------------
+def _tuned(i, name, best, bound, weight=1, slots=6):
+    """A task tuned for ``slots`` slots: at twice its final best, then a step to ``best``, then flat."""
+    hist = [(3.0, 8, 2 * best), (6.0, 16, best)] + [(3.0 * k, 8 * k, best) for k in range(3, slots + 1)]
+    return view(i, name, 10 * best, hist, bound, weight)
+
+
+def test_a_task_at_its_roof_or_its_floor_is_at_a_bound_and_says_which():
+    at_roof = _tuned(0, "fused_conv2d_add", 1.0, bound=0.97)  # 97 % of its (compute) bound
+    below = _tuned(1, "fused_conv2d1_add1", 1.0, bound=0.5)
+    pool = _tuned(2, "max_pool2d", 1.0, bound=0.99)
+    at_roof.flops, below.flops = 0.97e9, 0.5e9  # the peak's FLOPs per bound second: compute-bound
+    pool.flops = 1.0  # far below the peak per bound second: memory-bound
+    m = HeadroomBeliefs()
+    m.observe([at_roof, below, pool], 3.0)
+    assert m.limit(at_roof) == "at its roof (97% of its compute bound)"
+    assert m.limit(pool) == "at its roof (99% of its memory bound)"
+    assert m.limit(below) == ""
+    # at its reachable floor, within the jump tolerance: 0.9 x ONNX Runtime's time for its operator
+    anchored = _tuned(3, "fused_conv2d2_add2", 0.9 * 0.6 * 1.001, bound=0.1)
+    anchored.anchor_s = 0.6
+    m.observe([at_roof, below, pool, anchored], 3.0)
+    assert m.limit(anchored) == "at its reachable floor (540 ms)"
+    assert make_beliefs("curves").limit(at_roof).startswith("at its roof")  # every model knows the roof
+
+
+def test_the_gain_over_the_rest_compounds_jumps_on_the_headroom_left():
+    far = _tuned(0, "fused_conv2d_add", 1.0, bound=0.1)
+    near = _tuned(1, "fused_conv2d1_add1", 0.5, bound=0.1)
+    m = HeadroomBeliefs()
+    m.observe([far, near], 3.0)
+    mean, std = m.predict_rest(far, 3.0, 40)
+    one, one_std, _ = m.predict(far, 3.0)
+    headroom = far.weight * (far.best_s - m.floor(far))
+    assert mean.shape == std.shape == (40,)
+    assert mean[0] == pytest.approx(one)  # one slot's gain: the one-slot prediction
+    assert np.all(np.diff(mean) > 0) and mean[-1] < headroom  # more slots buy more, never the whole headroom
+    assert np.all(np.diff(mean)[1:] <= np.diff(mean)[:-1] + 1e-15)  # and less per slot as the task tunes on
+    assert std[0] == pytest.approx(one_std, rel=0.5) and np.all(std > 0)
+    assert m.predict_rest(far, 3.0, 2.3)[0].shape == (3,)  # a part slot is a slot
+    assert m.predict_rest(near, 3.0, 40)[0][-1] < mean[-1]  # less headroom, less to gain
+    assert m.predict_rest(far, 3.0, 0)[0].size == 0
+
+
+def test_the_gain_over_the_rest_of_the_other_models():
+    curves = make_beliefs("curves")
+    task = view(
+        0, "fused_conv2d_add", 1.0, [(3.0 * k, 8 * k, 0.2 + 0.8 * math.exp(-k / 3)) for k in range(1, 9)], 0
+    )
+    curves.observe([task], 3.0)
+    mean, _ = curves.predict_rest(task, 3.0, 10)
+    assert (
+        mean.shape == (10,) and mean[-1] > 0 and np.allclose(np.diff(mean), mean[0])
+    )  # one fit, spread evenly
+    assert mean[-1] < task.best_s  # the trend's drop, not ten times one slot's
+    young = view(
+        1, "fused_conv2d1_add1", 1.0, [(3.0, 8, 0.5)], 0
+    )  # too few points to fit: one slot's, n times
+    curves.observe([task, young], 3.0)
+    one, one_std, _ = curves.predict(young, 3.0)
+    mean, std = curves.predict_rest(young, 3.0, 4)
+    assert mean == pytest.approx(np.minimum(one * np.arange(1, 5), young.best_s))

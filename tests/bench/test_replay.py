@@ -246,3 +246,18 @@ def test_oracle_bench_reports_the_share_of_the_clairvoyants_advantage_on_the_sam
     assert oracle["captured_share"](row, "0.02") == 0.5
     row["ttq_s"]["0.02"]["clairvoyant"] = 99.5  # the clairvoyant saves < 1 %: no share
     assert oracle["captured_share"](row, "0.02") is None
+
+
+def test_a_replay_stops_where_the_stopping_rule_says_as_a_live_run_would():
+    """The rule checked after every round: past the end of the traces (flat curves) nothing is left to buy,
+    and the replay ends there, not at its budget."""
+    from dynatune.run.stopping import BeliefStopping
+
+    doc = synthetic_traces(n_tasks=6, n_heavy=1, seed=2)
+    slot, total = default_slot(doc), total_trace_seconds(doc)
+    full = replay(doc, make_scheduler("dynatune"), 4 * total, slot)
+    stopped = replay(doc, make_scheduler("dynatune"), 4 * total, slot, stopping=BeliefStopping(0.02, 2))
+    assert full.stop is None and full.curve[-1][0] >= 4 * total - slot
+    assert stopped.stop["stop"] and stopped.stop["streak"] == 2 and stopped.curve[-1][0] < 4 * total
+    assert stopped.curve == full.curve[: len(stopped.curve)]  # the same replay, cut short
+    assert stopped.final <= 1.02 * full.final

@@ -61,6 +61,9 @@ def test_flow_tracks_every_round_in_mlflow(first_run):
     ):
         assert k in s, k
     assert s["rounds"] >= 2 and s["trials"] >= 8
+    # why tuning ended (stopping on, the default): a budget this small is spent, or the beliefs stopped it
+    assert s["stop_reason"].startswith("stopped at" if s["stopped_early"] else "tuned for the whole budget")
+    assert s["tuning_s_used"] == s["elapsed_s"] and s["stop_check"] is not None
     assert s["estimated_latency_ms"] <= s["initial_estimated_latency_ms"]
     # summary.json: written once, after the callbacks (so with MLflow's part), with RunSummary's keys in order
     from dynatune.files import WorkDir
@@ -78,6 +81,7 @@ def test_flow_tracks_every_round_in_mlflow(first_run):
     run = client.get_run(s["mlflow_run_id"])
     assert run.data.tags["scheduler"] == "dynatune" and run.data.tags["model"] == "tiny"
     assert run.data.tags["purpose"] == "test" and "model_sha256" in run.data.tags
+    assert run.data.tags["stop_reason"] == s["stop_reason"]
     assert run.data.params["budget_s"] == "6.0"
     hist = client.get_metric_history(run.info.run_id, "estimated_latency_ms")
     steps = sorted(m.step for m in hist)

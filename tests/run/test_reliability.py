@@ -141,6 +141,7 @@ search: {{trials_per_iter: 4, population_size: 32}}
 measure: {{repeat: 3, min_repeat_ms: 5}}
 compile: {{verify: false, measure_untuned: false, measure_onnxruntime: false, profile: false}}
 tracking: {{run_name: reliability}}
+stopping: {{enabled: false}}  # the winner must still be tuning when it is killed mid-round
 """
 
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from dynatune.run import pipeline, report
+from dynatune.run.callbacks import TuningEnded
 from dynatune.run.summary import RunSummary
 
 # the keys of a run's summary.json, in order, as the dict that RunSummary replaced wrote them (a run that
@@ -26,6 +27,12 @@ SUMMARY_KEYS = [
     "estimate_excludes",
     "warmup_rounds",
     "never_tuned_tasks",
+    "stopped_early",
+    "stop_reason",
+    "tuning_s_used",
+    "tuning_s_saved",
+    "stop_check",
+    "confirmed",
     "latency_ms",
     "untuned_latency_ms",
     "onnxruntime_latency_ms",
@@ -59,8 +66,10 @@ SUMMARY_KEYS = [
     "mlflow_ui",
     "tracking_s",
 ]
-# written only when known: measured speedups, the profile, the per-input errors, MLflow's part
+# written only when known: measured speedups, the profile, the per-input errors, MLflow's part, the
+# confirmation of records measured elsewhere
 ONLY_WHEN_SET = {
+    "confirmed",
     "max_rel_err_per_input",
     "timing_under_load",
     "timing_load_cores",
@@ -90,6 +99,12 @@ TODAY = {  # a summary.json as a run of this version writes it
     "estimate_excludes": ["take"],
     "warmup_rounds": 4,
     "never_tuned_tasks": [],
+    "stopped_early": False,
+    "stop_reason": "tuned for the whole budget (60 s); at the last check with a slot left, the rest ...",
+    "tuning_s_used": 61.234,
+    "tuning_s_saved": 0.0,
+    "stop_check": {"stop": False, "gain_s": 2e-5, "threshold_s": 1.25e-5, "streak": 0},
+    "confirmed": {"tasks": 2, "failed": [], "median_ratio": 1.01, "worst_ratio": 1.04, "worst_task": "conv"},
     "latency_ms": 1.5,
     "untuned_latency_ms": 9.0,
     "onnxruntime_latency_ms": 2.0,
@@ -205,8 +220,17 @@ def _fakes(report_=True):
         state=lambda i: NS(note="default schedule failed" if i == 1 else ""),
     )
     rounds = [{"result": {"trials": 16}, "phase": "warmup"}, {"result": {"trials": 16}, "phase": "scheduler"}]
+    ended = TuningEnded(True, "stopped at 61 s of the 90 s budget: ...", 61.2341, 90.0, 28.7659, 1)
     tuner = NS(
-        session=session, rounds=rounds, elapsed_s=61.2341, never_tuned=lambda: [], residual_s=lambda: None
+        session=session,
+        rounds=rounds,
+        elapsed_s=61.2341,
+        never_tuned=lambda: [],
+        residual_s=lambda: None,
+        ending=lambda: ended,
+        last_check=lambda: {"stop": True, "streak": 3},
+        # records from elsewhere confirmed (None: none seeded, as in the bare run below)
+        confirmation=lambda: {"tasks": 1, "failed": [], "median_ratio": 1.0} if report_ else None,
     )
     points = [{"round": 0, "elapsed_s": 30.0, "latency_ms": 1.7, "ratio": 0.85, "seconds": 4.0}]
     periodic = NS(points=points, parity_s=lambda *a: 30.0)
@@ -240,10 +264,12 @@ def test_the_pipeline_writes_the_keys_it_always_wrote():
     d = s.to_dict()
     assert list(d) == SUMMARY_KEYS
     assert d["trials"] == 32 and d["warmup_rounds"] == 1 and d["elapsed_s"] == 61.234
+    assert d["stopped_early"] and d["stop_reason"].startswith("stopped at 61 s") and d["stop_check"]["stop"]
+    assert d["tuning_s_used"] == 61.234 and d["tuning_s_saved"] == 28.766 and d["confirmed"]["tasks"] == 1
     assert d["retired_tasks"] == {"take": "default schedule failed"}
     assert d["speedup_vs_untuned"] == pytest.approx(6.0)
     assert d["estimated_model_latency_ms"] == pytest.approx(1.5)
-    # without the final compile (nor profile, nor MLflow): the keys that are always there, values None
+    # without the final compile (nor profile, nor MLflow, nor seeds): the keys that are always there
     bare = pipeline.make_summary(*_fakes(report_=False), wall_s=1.0)
     bare.library, bare.start_estimated_latency_ms = None, 9.5
     bare = bare.model_copy(update=pipeline.residual_fields(bare.estimated_latency_ms, _fakes()[3], None))

@@ -278,3 +278,30 @@ def test_choose_has_no_side_effects_so_a_retried_round_chooses_the_same(name):
         assert json.dumps(s.state_dict(), sort_keys=True, default=str) == before
         s.after_round(ctx, first)
         tune(tasks[first], tasks[first].best_s * 0.97)
+
+
+# -- bounds --------------------------------------------------------------------------------------------
+def _converged(index, name, best, bound, weight=1, slots=8):
+    """A task tuned flat for ``slots`` slots at ``best``, with a compute-bound roofline bound (1 TFLOP/s)."""
+    hist = [(SLOT * k, 8 * k, best) for k in range(1, slots + 1)]
+    return TaskView(index, name, f"k{index}", weight, bound * 1e12, 10 * best, hist, bound_s=bound)
+
+
+def test_a_task_at_its_roof_gets_no_slot_while_another_can_gain():
+    """The issue's heavy convolution at 97 % of the machine's peak: retired with its bound as the note, and
+    not chosen, neither by the UCB nor by the fallback of a scheduler whose every task is negligible."""
+    heavy = _converged(0, "fused_conv2d17_add9_relu91", 2e-3, bound=0.97 * 2e-3, weight=2)
+    light = _converged(1, "fused_conv2d3_add2_relu21", 2e-4, bound=0.5e-4)
+    s = make_scheduler("dynatune")
+    table = s.beliefs(ctx_of([heavy, light]))
+    assert (
+        table[0].retired and table[0].at_bound and table[0].note == "at its roof (97% of its compute bound)"
+    )
+    assert not table[1].at_bound
+    assert s.pick(ctx_of([heavy, light])) == 1
+    lazy = make_scheduler("dynatune", negligible=0.5)  # every task negligible: the fallback decides
+    assert all(b.retired for b in lazy.beliefs(ctx_of([heavy, light])))
+    assert lazy.pick(ctx_of([heavy, light])) == 1  # not the heavy task, whatever its weighted latency
+    alone = make_scheduler("dynatune")
+    assert alone.pick(ctx_of([heavy])) == 0  # nothing else can gain: the budget is used as before
+    assert make_scheduler("dynatune", stop_when_negligible=True).pick(ctx_of([heavy])) is None

@@ -1,0 +1,288 @@
+"""Know when to stop: runs that stop when their beliefs say the model cannot get faster, against the full
+budget.
+
+Two parts.
+
+``replay``: the stopping rule (:mod:`dynatune.run.stopping`) on the recorded traces, deterministic and cheap
+(what the default ``stopping.min_gain_share`` was chosen by). For each model and draw of its traces, the
+DynaTune scheduler replays ``--budgets`` (multiples of the model's recorded time; past its end a task's curve
+is flat) once without the rule and once with it for each ``--shares`` x ``--patience``; reported per setting:
+the share of the budget used and the objective at the stop against the full replay's (the loss)::
+
+    python bench/stopping.py replay [--draws 3] [--budgets 1 2] [--shares 0.005 0.01 0.02 0.05] \\
+        [--patience 1 3] [--out bench/results/stopping_replay.json]
+
+``live``: item 4 of the issue, on quiet cores. For each ``--model`` (``default``: the README job's model)
+and seed, cold (a fresh schedule library, a fresh work dir), with the README job's config and ``--budget``:
+
+1. ``stopped``: ``dynatune tune`` with stopping on (the default); its work dir, library and ``model.so`` are
+   copied aside;
+2. ``full``: the same work dir resumed with stopping off to the same budget (the tuning up to the stop is
+   the same run's; skipped when the first run spent the budget);
+3. ``retune``: a nightly retune of the unchanged model from the copies of step 1 (a dated work dir under
+   ``retune/``, warm-started from the first run's work dir, with its schedule library), stopping on;
+4. the three ``model.so`` timed side by side in one fresh process (``bench/lowering_ab.py --artifact``:
+   alternating 200 ms blocks, ONNX Runtime beside them).
+
+Reported per run: tuning seconds used and saved, the stop's reason, and the per-round ratios of the full
+run's model and of the retune's to the stopped one's (median [min, max]); each run's stopping checks
+(``rounds.jsonl``'s ``stop_check``: the most the rest could buy, against the threshold) are kept in the
+results: the beliefs' trace that explains a missed target. The targets (:data:`TARGETS`): stopped within 3 %
+of full on every model, tuning <= 40 % of the budget on at least two models, the retune stopped within 60 s
+of tuning and within 2 % of the first run's model::
+
+    python bench/stopping.py live --model default --model ../shared/models/squeezenet1_1.onnx \\
+        --model ../shared/models/mnasnet0_5.onnx --model ../shared/models/transformer_tiny.onnx \\
+        --seeds 0 1 --budget 900 [--work /tmp/dynatune-stopping] [--out bench/results/stopping_live.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from lowering_ab import spread  # noqa: E402
+from vs_onnxruntime import tune  # noqa: E402
+
+README_CONFIG = os.path.join(ROOT, "configs", "quickstart.yaml")
+# the issue's targets: stopped within 3 % of full (full / stopped >= 1 / 1.03), tuning <= 40 % of the budget
+# on two models or more, a retune stopped within 60 s of tuning and within 2 % of the first run's model
+TARGETS = {"full_vs_stopped": 1 / 1.03, "used_share": 0.40, "retune_s": 60.0, "retune_vs_first": 1.02}
+
+
+# -- replay ----------------------------------------------------------------------------------------------
+def replay_rows(draws: int, budgets, shares, patiences) -> list[dict]:
+    """One row per (model, draw, budget multiple, share, patience): the budget saved and the loss."""
+    from dynatune.bench.replay import default_slot, replay, total_trace_seconds
+    from dynatune.bench.replay_bench import draw_rng
+    from dynatune.bench.traces import available_traces, draw, load_traces
+    from dynatune.run.stopping import BeliefStopping
+    from dynatune.schedulers import make_scheduler
+
+    rows = []
+    for name in available_traces():
+        doc = load_traces(name)
+        total, slot = total_trace_seconds(doc), default_slot(doc)
+        for d in range(draws):
+            drawn = draw(doc, draw_rng(0, d))
+            for mult in budgets:
+                budget = mult * total
+                full = replay(drawn, make_scheduler("dynatune", d), budget, slot).final
+                for share in shares:
+                    for patience in patiences:
+                        rule = BeliefStopping(share, patience)
+                        r = replay(drawn, make_scheduler("dynatune", d), budget, slot, stopping=rule)
+                        used = r.curve[-1][0]
+                        rows.append(
+                            {
+                                "model": name,
+                                "draw": d,
+                                "budget_x": mult,
+                                "budget_s": budget,
+                                "share": share,
+                                "patience": patience,
+                                "stopped": r.stop is not None,
+                                "used_share": min(used / budget, 1.0),
+                                "loss": r.final / full - 1.0,
+                                "reason": (r.stop or {}).get("reason"),
+                            }
+                        )
+                        print(
+                            f"{name} draw {d} x{mult} share {share:.3f} patience {patience}: used "
+                            f"{rows[-1]['used_share']:.0%}, loss {rows[-1]['loss']:+.2%}",
+                            flush=True,
+                        )
+    return rows
+
+
+def replay_table(rows: list[dict]) -> str:
+    lines = [
+        "| min_gain_share | patience | budget (x recorded) | runs stopped | budget used: median [min, max] "
+        "| loss vs full: median [max] |",
+        "|---:|---:|---:|---:|---|---|",
+    ]
+    keys = sorted({(r["share"], r["patience"], r["budget_x"]) for r in rows})
+    for share, patience, mult in keys:
+        group = [r for r in rows if (r["share"], r["patience"], r["budget_x"]) == (share, patience, mult)]
+        used, loss = spread([r["used_share"] for r in group]), [r["loss"] for r in group]
+        lines.append(
+            f"| {share:.3f} | {patience} | {mult:g} | {sum(r['stopped'] for r in group)} of {len(group)} | "
+            f"{used['median']:.0%} [{used['min']:.0%}, {used['max']:.0%}] | "
+            f"{statistics.median(loss):+.2%} [{max(loss):+.2%}] |"
+        )
+    return "\n".join(lines)
+
+
+# -- live ------------------------------------------------------------------------------------------------
+def model_path(spec: str) -> str:
+    if spec == "default":
+        from dynatune.model.default_model import default_model_path
+
+        return default_model_path()
+    return os.path.abspath(spec)
+
+
+def stop_checks(work: str) -> list[dict]:
+    """The run's stopping checks, one per round: the beliefs' trace."""
+    from dynatune.files import WorkDir
+    from dynatune.run.workdir_state import read_rounds
+
+    keep = ("gain_s", "task", "task_gain_s", "threshold_s", "slots_left", "streak", "eligible")
+    return [
+        {"round": r["round"], "elapsed_s": r["elapsed_s"], **{k: r["stop_check"].get(k) for k in keep}}
+        for r in read_rounds(WorkDir(work).rounds)
+        if r.get("stop_check")
+    ]
+
+
+def run_figures(summary) -> dict:
+    keys = (
+        "stopped_early",
+        "stop_reason",
+        "tuning_s_used",
+        "tuning_s_saved",
+        "budget_s",
+        "rounds",
+        "trials",
+        "estimated_latency_ms",
+        "latency_ms",
+        "ratio_vs_onnxruntime",
+        "confirmed",
+        "work_dir",
+    )
+    return {k: getattr(summary, k) for k in keys}
+
+
+def side_by_side(model: str, artifacts: dict, rounds: int, out: str) -> dict:
+    """``bench/lowering_ab.py --artifact`` in a fresh process: the artifacts and ONNX Runtime, alternating."""
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "lowering_ab.py"), "--model", model, "--out", out]
+    cmd += ["--rounds", str(rounds)] + [f"--artifact={k}={v}" for k, v in artifacts.items()]
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    return json.load(open(out))[-1]
+
+
+def live_one(spec: str, seed: int, budget: float, config: str, work: str, rounds: int) -> dict:
+    from dynatune.files import WorkDir
+
+    model = model_path(spec)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    lib, first_lib = os.path.join(work, "library.db"), os.path.join(work, "first-library.db")
+    seeds = [f"scheduler.seed={seed}", f"search.seed={seed}", f"library.url=sqlite:///{lib}"]
+    run_dir, first_dir = os.path.join(work, "run"), os.path.join(work, "first")
+    stopped, _ = tune(ROOT, model, budget, run_dir, config, seeds)
+    shutil.copytree(run_dir, first_dir, symlinks=True)
+    shutil.copy(lib, first_lib)
+    artifacts = {"stopped": os.path.join(first_dir, "model.so")}
+    out = {"model": spec, "seed": seed, "budget_s": budget, "stopped": run_figures(stopped)}
+    out["stopped"]["checks"] = stop_checks(run_dir)
+    if stopped.stopped_early:
+        full, _ = tune(ROOT, model, budget, run_dir, config, [*seeds, "stopping.enabled=false"])
+        out["full"] = run_figures(full)
+        artifacts["full"] = WorkDir(run_dir).model_so
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    retune_dir = WorkDir(first_dir).retune(stamp)
+    sets = [*seeds[:2], f"library.url=sqlite:///{first_lib}", f"warm_start=[{first_dir}]"]
+    retune, _ = tune(ROOT, model, budget, retune_dir, config, sets)
+    out["retune"] = run_figures(retune) | {"checks": stop_checks(retune_dir)}
+    artifacts["retune"] = WorkDir(retune_dir).model_so
+    timing = side_by_side(model, artifacts, rounds, os.path.join(work, "side_by_side.json"))
+    ms = {v["variant"]: v for v in timing["variants"]}
+    out["timing"] = timing
+    # per-round ratios to the first artifact, the stopped run's model
+    out["full_vs_stopped"] = ms["full"]["vs_first"] if "full" in ms else None
+    out["retune_vs_first"] = ms["retune"]["vs_first"]
+    return out
+
+
+def live_table(results: list[dict]) -> str:
+    def f(x, spec=".0f"):
+        return "-" if x is None else format(x, spec)
+
+    def ratio(r):
+        return f"{r['median']:.3f} [{r['min']:.3f}, {r['max']:.3f}]" if r else "-"
+
+    lines = [
+        "| model | seed | stopped at s (of budget) | saved s | full / stopped model | retune tuning s "
+        "| retune / first model | stop reason |",
+        "|---|---:|---:|---:|---|---:|---|---|",
+    ]
+    for r in results:
+        s, rt = r["stopped"], r["retune"]
+        used = f"{f(s['tuning_s_used'])} ({s['tuning_s_used'] / r['budget_s']:.0%})"
+        lines.append(
+            f"| {r['model']} | {r['seed']} | {used} | {f(s['tuning_s_saved'])} | "
+            f"{ratio(r.get('full_vs_stopped'))} | {f(rt['tuning_s_used'])} | "
+            f"{ratio(r.get('retune_vs_first'))} | {s['stop_reason']} |"
+        )
+    return "\n".join(lines + ["", targets(results)])
+
+
+def targets(results: list[dict]) -> str:
+    """Each target of :data:`TARGETS`, met or missed, over the runs."""
+    t = TARGETS
+    close = [r for r in results if r.get("full_vs_stopped")]
+    within = sum(r["full_vs_stopped"]["median"] >= t["full_vs_stopped"] for r in close)
+    under = {r["model"] for r in results if r["stopped"]["tuning_s_used"] <= t["used_share"] * r["budget_s"]}
+    fast = sum(r["retune"]["tuning_s_used"] <= t["retune_s"] for r in results)
+    near = sum(r["retune_vs_first"]["median"] <= t["retune_vs_first"] for r in results)
+    n, models = len(results), len({r["model"] for r in results})
+    return (
+        f"stopped within 3 % of full: {within} of {len(close)} stopped runs; tuning <= 40 % of the budget on "
+        f"{len(under)} of {models} models (target: 2); retune stopped within 60 s: {fast} of {n}; retune "
+        f"within 2 % of the first run's model: {near} of {n}"
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="part", required=True)
+    rp = sub.add_parser("replay", help="the rule on the recorded traces")
+    rp.add_argument("--draws", type=int, default=3)
+    rp.add_argument("--budgets", type=float, nargs="+", default=[1.0, 2.0])
+    rp.add_argument("--shares", type=float, nargs="+", default=[0.005, 0.01, 0.02, 0.05])
+    rp.add_argument("--patience", type=int, nargs="+", default=[3])
+    rp.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "stopping_replay.json"))
+    lv = sub.add_parser("live", help="stopped, full and retune runs, timed side by side")
+    lv.add_argument("--model", action="append", default=[], help="an ONNX file, or 'default' (README's)")
+    lv.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    lv.add_argument("--budget", type=float, default=900.0)
+    lv.add_argument("--config", default=README_CONFIG, help="the runs' config (default: the README job's)")
+    lv.add_argument("--rounds", type=int, default=20, help="alternating timing rounds")
+    lv.add_argument("--work", default="/tmp/dynatune-stopping")
+    lv.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "stopping_live.json"))
+    args = ap.parse_args(argv)
+    if args.part == "replay":
+        t0 = time.perf_counter()
+        rows = replay_rows(args.draws, args.budgets, args.shares, args.patience)
+        with open(args.out, "w") as fh:
+            json.dump({"rows": rows, "seconds": time.perf_counter() - t0}, fh, indent=1)
+        print(replay_table(rows))
+        return 0
+    results = json.load(open(args.out)) if os.path.exists(args.out) else []
+    for spec in args.model or ["default"]:
+        for seed in args.seeds:
+            name = "readme" if spec == "default" else os.path.splitext(os.path.basename(spec))[0]
+            work = os.path.join(args.work, f"{name}-s{seed}")
+            row = live_one(spec, seed, args.budget, args.config, work, args.rounds)
+            row["date"] = time.strftime("%Y-%m-%d %H:%M")
+            results.append(row)
+            with open(args.out, "w") as fh:
+                json.dump(results, fh, indent=1)
+            print(live_table([row]), flush=True)
+    print(live_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

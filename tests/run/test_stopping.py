@@ -1,0 +1,319 @@
+"""Knowing when to stop: the rule on hand-made beliefs, the tuner's stop and its resume on a session whose
+tasks converge on known curves, and one real run that stops with its reason in the summary and MLflow."""
+
+import json
+import math
+from types import SimpleNamespace as NS
+
+import pytest
+
+from dynatune.beliefs import HeadroomBeliefs
+from dynatune.files import WorkDir
+from dynatune.run.stopping import BeliefStopping
+from dynatune.run.tuner import Tuner
+from dynatune.schedulers.base import RoundContext, TaskView
+from dynatune.search.session import RoundResult, TaskState
+
+SLOT = 2.0
+
+
+# -- the rule, on hand-made contexts ----------------------------------------------------------------------
+def task(i, best, bound, weight=1, slots=6, default=None):
+    """A compute-bound task tuned flat at ``best`` for ``slots`` slots (after one jump), bound ``bound``."""
+    hist = [(SLOT, 8, 2 * best)] + [(SLOT * k, 8 * k, best) for k in range(2, slots + 1)]
+    return TaskView(
+        i, f"fused_conv2d{i}_add", f"k{i}", weight, bound * 1e12, default or 10 * best, hist, False, bound
+    )
+
+
+def ctx(tasks, elapsed=100.0, budget=900.0):
+    return RoundContext(tasks, 10, SLOT, elapsed, budget)
+
+
+def test_the_rule_waits_for_every_first_batch_unless_those_left_could_not_matter():
+    rule = BeliefStopping(min_gain_share=0.01, patience=1)
+    tuned = task(0, 1e-3, 0.99e-3)  # at its roof: nothing to gain
+    waiting = TaskView(1, "fused_conv2d1_add", "k1", 1, 1e9, 5e-4)  # never tuned, 33 % of the model
+    check = rule.check(ctx([tuned, waiting]))
+    assert (
+        not check.stop and not check.eligible and check.reason == "1 task(s) still wait for their first batch"
+    )
+    tiny = TaskView(1, "transpose", "k1", 1, 1e3, 1e-6)  # never tuned, but all of it is below the threshold
+    assert rule.check(ctx([tuned, tiny])).stop
+    few = [TaskView(i, f"transpose{i}", f"k{i}", 1, 1e3, 3e-6) for i in range(1, 4)]  # 0.9 % together
+    assert rule.check(ctx([tuned, *few])).stop
+    many = [TaskView(i, f"transpose{i}", f"k{i}", 1, 1e3, 5e-6) for i in range(1, 5)]  # 2 % together
+    assert not rule.check(ctx([tuned, *many])).eligible
+
+
+def test_the_rule_stops_after_patience_checks_in_a_row_and_a_gain_starts_the_count_again():
+    converged = [task(0, 1e-3, 0.99e-3), task(1, 4e-4, 0.385e-3)]  # both at their roofs
+    rule = BeliefStopping(min_gain_share=0.01, patience=3)
+    checks = [rule.check(ctx(converged)) for _ in range(2)]
+    assert [c.streak for c in checks] == [1, 2] and not any(c.stop for c in checks)
+    assert checks[1].reason.endswith("2 of 3 checks in a row")
+    hopeful = [task(0, 1e-3, 0.99e-3), task(1, 4e-4, 0.05e-3)]  # a slot's result: task 1 is far from its roof
+    check = rule.check(ctx(hopeful))
+    assert not check.stop and check.streak == 0 and "above 1.00% of the model's" in check.reason
+    assert check.gain_s > check.threshold_s and check.task == "fused_conv2d1_add"
+    checks = [rule.check(ctx(converged)) for _ in range(3)]
+    assert [c.stop for c in checks] == [False, False, True]
+    assert checks[-1].reason.startswith("the rest of the budget (400.0 slots) could still buy at most 0 ms")
+    assert checks[-1].reason.endswith("below 1.00% of the model's 1.4 ms (0.014 ms) at 3 checks in a row")
+    state = rule.state_dict()
+    again = BeliefStopping(patience=3)
+    again.load_state_dict(json.loads(json.dumps(state)))
+    assert again.streak == 3
+    again.reset()
+    assert again.streak == 0
+
+
+def test_a_shorter_rest_buys_less_and_the_rule_stops_sooner():
+    tasks = [task(0, 1e-3, 0.5e-3, slots=12), task(1, 1e-3, 0.6e-3, slots=12)]
+    rule = BeliefStopping(min_gain_share=0.01, patience=1, beliefs=HeadroomBeliefs())
+    early, late = rule.check(ctx(tasks, elapsed=100)), rule.check(ctx(tasks, elapsed=896))
+    assert late.gain_s < early.gain_s and late.slots_left == pytest.approx(2.0)
+    assert not early.stop and late.stop
+
+
+def test_many_small_tasks_together_keep_a_run_going():
+    """Each task alone could gain less than the share, all of them together more: the rest is spent where it
+    gains most, so the run goes on (a rule that looked at one task at a time would stop it)."""
+    tasks = [task(i, 1e-4, 0.3e-4) for i in range(30)]
+    rule = BeliefStopping(min_gain_share=0.01, patience=1)
+    check = rule.check(ctx(tasks))
+    assert check.task_gain_s < check.threshold_s < check.gain_s and not check.stop
+
+
+# -- the tuner: a stop, its record, and a resume ---------------------------------------------------------
+class ConvergingSession:
+    """A session without TVM whose every task converges in two slots to 97 % of its roofline bound: each slot
+    (or first batch) takes its ``seconds`` and brings the task to the next point of its curve."""
+
+    def __init__(self, work_dir, defaults=(8e-3, 2e-3, 1e-3), bounds=(1e-3, 2.5e-4, 1.2e-4)):
+        self.work_dir = str(work_dir)
+        self.tasks = [
+            NS(index=i, name=f"fused_conv2d{i}_add", key=f"key{i}", weight=1, flops=b * 1e12, mod=None)
+            for i, b in enumerate(bounds)
+        ]
+        self.bounds = list(bounds)
+        self.states = {t.key: TaskState(default_s=d) for t, d in zip(self.tasks, defaults)}
+        self.search = NS(trials_per_iter=8)
+        self.retirement = NS(is_retired=lambda st, best: st.exhausted)
+        self.db = NS(best_latency=lambda key: math.inf)  # nothing seeded: nothing to confirm
+        self.tuned = []
+
+    def warm_up(self):
+        pass
+
+    def measure_defaults(self):
+        return {t.index: self.state(t.index).default_s for t in self.tasks}
+
+    def measure_best(self, indices):
+        return {}
+
+    def state(self, i):
+        return self.states[self.tasks[i].key]
+
+    def best_latency(self, i):
+        st = self.state(i)
+        return min([st.default_s] + [h[2] for h in st.history])
+
+    def estimated_latency(self):
+        return sum(t.weight * self.best_latency(t.index) for t in self.tasks)
+
+    def tune(self, i, *, seconds=None, trials=None, batch=None):
+        st, before = self.state(i), self.best_latency(i)
+        roof = self.bounds[i] / 0.97
+        best = max(roof, before / 4)
+        wall = seconds if seconds is not None else 1.0
+        st.seconds += wall
+        st.trials += 8
+        st.history.append([st.seconds, st.trials, best])
+        self.tuned.append(i)
+        return RoundResult(
+            i, self.tasks[i].name, trials=8, best_before_s=before, best_after_s=best, wall_s=wall
+        )
+
+    def close(self):
+        pass
+
+
+def tuner_on(session, budget, rule="on", warmup_share=0.5, share=0.01):
+    stopping = BeliefStopping(min_gain_share=share, patience=2) if rule == "on" else None
+    tuner = Tuner(
+        session, "dynatune", budget_s=budget, slot_s=SLOT, warmup_share=warmup_share, stopping=stopping
+    )
+    tuner.bounds = dict(enumerate(session.bounds))  # (a real run reads them from the roofline)
+    tuner.prepare()
+    return tuner
+
+
+def run_state(work):
+    return json.load(open(WorkDir(str(work)).run_state))
+
+
+def test_a_converged_run_stops_before_its_budget_and_says_why(tmp_path):
+    session = ConvergingSession(tmp_path)
+    tuner = tuner_on(session, budget=600)
+    tuner.run_rounds()
+    tuner.close()
+    checks = [r["stop_check"] for r in tuner.rounds]
+    assert all(not c["eligible"] for c in checks[:2]) and checks[2]["eligible"]  # the coverage pass first
+    assert [c["streak"] for c in checks[-2:]] == [1, 2] and checks[-1]["stop"]  # two checks in a row
+    assert tuner.stopped and tuner.done() and tuner.elapsed_s < 60
+    end = tuner.ending()
+    assert end.stopped_early and end.saved_s == pytest.approx(600 - tuner.elapsed_s)
+    assert end.reason.startswith(
+        f"stopped at {tuner.elapsed_s:.0f} s of the 600 s budget: the rest of the budget"
+    )
+    stop = run_state(tmp_path)["stop"]
+    assert (
+        stop["budget_s"] == 600
+        and stop["round"] == tuner.rounds[-1]["round"]
+        and stop["tasks"] == tuner.task_set
+    )
+
+
+def test_with_stopping_off_a_run_spends_its_budget(tmp_path):
+    session = ConvergingSession(tmp_path)
+    tuner = tuner_on(session, budget=40, rule=None)
+    tuner.run_rounds()
+    tuner.close()
+    assert tuner.elapsed_s == pytest.approx(40) and not tuner.stopped
+    assert all(r["stop_check"] is None for r in tuner.rounds)
+    end = tuner.ending()
+    assert (
+        not end.stopped_early
+        and end.saved_s == 0
+        and end.reason == "tuned for the whole budget (40 s): stopping is off"
+    )
+
+
+def test_a_resumed_stopped_run_goes_on_only_with_more_budget_or_other_settings(tmp_path):
+    session = ConvergingSession(tmp_path)
+    first = tuner_on(session, budget=600)
+    first.run_rounds()
+    first.close()
+    rounds, stopped_at = len(first.rounds), first.elapsed_s
+    same = tuner_on(session, budget=600)  # the same budget and tasks: the stop holds, nothing is tuned
+    assert same.done() and same.stopped and not same.run_rounds() and len(same.rounds) == rounds
+    assert same.ending().reason == first.ending().reason
+    same.close()
+    stricter = tuner_on(session, budget=600, share=0.001)  # another rule: it looks again, and stops again
+    assert (
+        not stricter.done() and stricter.run_state["reopened_stop"]["why"] == "the stopping settings changed"
+    )
+    stricter.run_rounds()
+    stricter.close()
+    assert stricter.stopped
+    rounds = len(stricter.rounds)
+    more = tuner_on(session, budget=900, share=0.001)  # more budget: a fresh look, at least one round, a stop
+    assert not more.done() and more.run_state["reopened_stop"]["why"] == "the budget rose from 600 s to 900 s"
+    more.run_rounds()
+    more.close()
+    assert len(more.rounds) >= rounds + 2 and more.stopped and more.elapsed_s > stopped_at
+    state = run_state(tmp_path)
+    assert [s["budget_s"] for s in state["earlier_stops"]] == [600, 600] and state["stop"]["budget_s"] == 900
+    off = tuner_on(session, budget=900, rule=None)  # stopping off: the budget is spent
+    off.run_rounds()
+    off.close()
+    assert off.elapsed_s == pytest.approx(900) and not off.stopped
+    assert run_state(tmp_path)["earlier_stops"][-1]["reopened"] == "stopping is off"
+
+
+def test_a_stop_recorded_only_with_its_round_holds_after_a_kill(tmp_path):
+    """Killed after the round's line, before run.json: the round's own check holds the stop."""
+    session = ConvergingSession(tmp_path)
+    first = tuner_on(session, budget=600)
+    first.run_rounds()
+    first.close()
+    state = run_state(tmp_path)
+    state["stop"] = None
+    json.dump(state, open(WorkDir(str(tmp_path)).run_state, "w"))
+    again = tuner_on(session, budget=600)
+    assert again.done() and again.ending().stopped_early
+    again.close()
+
+
+def test_new_tasks_reopen_a_stop(tmp_path):
+    session = ConvergingSession(tmp_path)
+    first = tuner_on(session, budget=600)
+    first.run_rounds()
+    first.close()
+    session.tasks[2].key = "key2-changed"  # the model's tasks changed (another lowering, say)
+    session.states["key2-changed"] = TaskState(default_s=1e-3)
+    again = tuner_on(session, budget=600)
+    assert not again.done() and again.run_state["reopened_stop"]["why"] == "the model's tasks changed"
+    again.run_rounds()
+    again.close()
+    assert session.tuned[-3:].count(2) >= 1  # the new task got its first batch before the next stop
+    assert again.stopped
+
+
+# -- one real run --------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_tiny_run_that_converges_stops_with_its_reason_in_the_summary_report_and_mlflow(
+    tiny_onnx, tmp_path, monkeypatch
+):
+    """Converged by its settings (nothing left worth 99 % of the model once every task had its first batch):
+    the pipeline stops, says why everywhere, and a second run of the same config tunes nothing more."""
+    import mlflow.tracking._tracking_service.utils as tracking_utils
+    from mlflow import MlflowClient
+
+    from dynatune.run.config import load_config
+    from dynatune.run.pipeline import run
+    from tasks.tracking import MlflowCallback
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the work dir's own store
+    monkeypatch.setattr(tracking_utils, "_tracking_uri", None)
+    sets = [
+        "slot_s=1",
+        "search.trials_per_iter=4",
+        "search.population_size=32",
+        "measure.adaptive=false",
+        "measure.repeat=3",
+        "measure.min_repeat_ms=5",
+        "stopping.min_gain_share=0.99",
+        "stopping.patience=1",
+        "compile.verify=false",  # the compile is other tests' part
+        "anchors=false",
+    ]
+    cfg = load_config(
+        None, sets, model=tiny_onnx, shapes={"x": (1, 3, 16, 16)}, budget=30, work_dir=str(tmp_path)
+    )
+    s = run(cfg, callbacks=[MlflowCallback()])
+    assert s.stopped_early and s.tuning_s_used == s.elapsed_s < 30
+    assert s.tuning_s_saved == pytest.approx(30 - s.elapsed_s, abs=1e-3)
+    assert s.stop_reason.startswith(
+        f"stopped at {s.elapsed_s:.0f} s of the 30 s budget: the rest of the budget"
+    )
+    assert "below 99.00% of the model's" in s.stop_reason and s.stop_check["stop"]
+    assert s.stop_check["streak"] == 1  # patience 1: at the first check below the share
+    assert f"Why tuning ended: {s.stop_reason}." in open(WorkDir(str(tmp_path)).report_md).read()
+    client = MlflowClient(cfg.tracking.uri)
+    tracked = client.get_run(s.mlflow_run_id)
+    assert tracked.data.tags["stop_reason"] == s.stop_reason and tracked.data.tags["stopped_early"] == "true"
+    for key, value in (
+        ("stopped_early", 1.0),
+        ("tuning_s_saved", s.tuning_s_saved),
+        ("tuning_s_used", s.elapsed_s),
+    ):
+        (metric,) = client.get_metric_history(s.mlflow_run_id, key)
+        assert metric.step == s.rounds and metric.value == pytest.approx(value, abs=1e-3), key
+    assert len(client.get_metric_history(s.mlflow_run_id, "stop_threshold_ms")) >= 1
+    again = run(cfg)  # the same budget: the stop holds
+    assert again.rounds == s.rounds and again.stopped_early and again.stop_reason == s.stop_reason
+
+
+def test_a_run_whose_tasks_keep_gaining_spends_its_budget_and_says_what_was_left(tmp_path):
+    session = ConvergingSession(tmp_path, bounds=(1e-6, 2.5e-7, 1.2e-7))  # far below: every slot gains 4x
+    tuner = tuner_on(session, budget=20)
+    tuner.run_rounds()
+    tuner.close()
+    end = tuner.ending()
+    assert not tuner.stopped and tuner.elapsed_s == pytest.approx(20) and not end.stopped_early
+    assert end.reason.startswith(
+        "tuned for the whole budget (20 s); at the last check with a slot left, the rest"
+    )
+    assert "above 1.00% of the model's" in end.reason
