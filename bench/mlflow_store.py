@@ -1,5 +1,5 @@
 """What opening a new work dir's SQLite tracking store costs, created by MLflow (its migrations) or seeded
-from the cached empty store (:mod:`tasks.mlflow_store`), side by side.
+from the cached empty store (:mod:`dynatune.tasks.mlflow_store`), side by side.
 
     python bench/mlflow_store.py --rounds 8
 
@@ -25,7 +25,7 @@ def open_store(path: str, seeded: bool) -> float:
     """Seconds to open a new store at ``path`` and record an experiment and a run with a metric in it."""
     from mlflow import MlflowClient
 
-    from tasks.mlflow_store import seed_sqlite_store
+    from dynatune.tasks.mlflow_store import seed_sqlite_store
 
     t0 = time.perf_counter()
     uri = f"sqlite:///{path}"
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
 
     import mlflow  # noqa: F401  (imported before the first timing)
 
-    from tasks.mlflow_store import empty_store_template
+    from dynatune.tasks.mlflow_store import empty_store_template
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     t0 = time.perf_counter()

@@ -60,10 +60,10 @@ def child(mode: str, args) -> dict:
         work_dir=args.work_dir,
     )
     if mode == "pipeline":  # what `dynatune tune` does
-        from flows.startup import prestart
+        from dynatune.flows.startup import prestart
 
         prestart()
-        import flows.tune_model as ftm
+        import dynatune.flows.tune_model as ftm
 
         s = ftm.tune_model(cfg.to_dict())
         return {"rounds": s.rounds, "mlflow_s": s.tracking_s, "elapsed_s": s.elapsed_s}

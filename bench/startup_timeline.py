@@ -32,11 +32,11 @@ cfg = load_config(
     budget=float(sys.argv[2]),
     work_dir=tempfile.mkdtemp(),
 )
-from flows.startup import prestart  # noqa: E402
+from dynatune.flows.startup import prestart  # noqa: E402
 
 prestart()
 mark("prestart done")
-import flows.tune_model as ftm  # noqa: E402
+import dynatune.flows.tune_model as ftm  # noqa: E402
 
 mark("flows imported (prefect)")
 

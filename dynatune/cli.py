@@ -95,10 +95,10 @@ def cmd_tune(args) -> int:
     from dynatune.run.progress import LiveView
 
     view = LiveView(cfg, quiet=False)
-    from flows.startup import prestart
+    from dynatune.flows.startup import prestart
 
     prestart()  # TVM's one-off import side by side with Prefect's local API server, before the flow
-    import flows.tune_model as ftm
+    import dynatune.flows.tune_model as ftm
 
     with view:
         summary = ftm.tune_model(cfg.to_dict() | {"_source": cfg.source}, callbacks=[view])
@@ -113,11 +113,11 @@ def _preflight(cfg) -> None:
     """Everything that can be wrong with the input is found before Prefect starts and tuning begins."""
     from dynatune.machine.target import make_target
     from dynatune.model.importer import load_model
-    from tasks.tracking import check_tracking_uri
+    from dynatune.tasks.tracking import check_tracking_uri
 
     load_model(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
     make_target(cfg.target)
-    from flows.startup import check_prefect_api
+    from dynatune.flows.startup import check_prefect_api
 
     check_prefect_api(cfg.prefect_api_url or os.environ.get("PREFECT_API_URL"))  # before anything is written
     check_tracking_uri(cfg.tracking.uri)
@@ -166,7 +166,7 @@ def cmd_tasks(args) -> int:
 # -- config -------------------------------------------------------------------------------------------
 def cmd_config(args) -> int:
     """``dynatune config schema``: the config's JSON schema, for an editor completing configs/*.yaml."""
-    from dynatune.run.config import Config
+    from dynatune.run.config_schema import Config
 
     sys.stdout.write(json.dumps(Config.model_json_schema(), indent=2) + "\n")
     sys.stdout.flush()
@@ -218,7 +218,7 @@ def _tracking_uri(arg: str | None) -> str:
 
 def cmd_report(args) -> int:
     from dynatune.run import report as rp
-    from tasks.tracking import read_run
+    from dynatune.tasks.tracking import read_run
 
     uri = _tracking_uri(args.tracking_uri)
     data = read_run(uri, args.run_id)
@@ -256,7 +256,7 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from dynatune.run import report as rp
     from dynatune.run.summary import RunSummary
-    from tasks.tracking import read_run
+    from dynatune.tasks.tracking import read_run
 
     uri = _tracking_uri(args.tracking_uri)
     curves, summaries = {}, {}
@@ -305,7 +305,7 @@ def cmd_serve(args) -> int:
         raise DynatuneError(f"config file {args.watch_config} not found")
     if args.every <= 0:
         raise DynatuneError(f"--every must be > 0 minutes, got {args.every:g}")
-    from flows.serve import build_deployments, serve_deployments
+    from dynatune.flows.serve import build_deployments, serve_deployments
 
     deps = build_deployments(
         args.configs,

@@ -19,7 +19,7 @@ loading it anyway would end the process with an illegal instruction), and :meth:
 refuses inputs whose names, shapes or dtypes are not the model's.
 
 This module is self-contained: it imports the standard library, numpy and TVM's runtime, never the rest
-of dynatune, Prefect or MLflow. The MLflow model of a run (:mod:`tasks.tuned_model`) ships it as its
+of dynatune, Prefect or MLflow. The MLflow model of a run (:mod:`dynatune.tasks.tuned_model`) ships it as its
 loader, so a model served from the registry needs only TVM and numpy.
 """
 

@@ -4,7 +4,7 @@ Run every few minutes by a deployment (``prefect.yaml``'s ``watch-registry``, or
 --watch NAME``). Each run:
 
 1. lists the versions of each watched registered model and keeps those with no tuning run linked yet
-   (no ``dynatune.tuned_run_id`` tag; see :mod:`tasks.registry`), oldest first;
+   (no ``dynatune.tuned_run_id`` tag; see :mod:`dynatune.tasks.registry`), oldest first;
 2. claims a version (``dynatune.status=tuning``), downloads its ONNX model (``models:/NAME/VERSION``);
 3. runs the ``tune_model`` flow (as a subflow) on exactly that version: ``model.version`` is set, so the
    MLflow run carries ``model_version``; the run goes to the registry's store, experiment
@@ -13,7 +13,7 @@ Run every few minutes by a deployment (``prefect.yaml``'s ``watch-registry``, or
 4. registers the run's tuned model (its MLflow pyfunc model) as a version of ``NAME-tuned``, links it
    and the ONNX version both ways (tags), and moves ``NAME-tuned``'s alias ``champion`` to it only when
    it is not slower than the champion, timed side by side on quiet cores, and matched ONNX Runtime's
-   outputs (see :mod:`tasks.registry`).
+   outputs (see :mod:`dynatune.tasks.registry`).
 
 A failed tuning marks the version ``failed`` (with the error) and is retried by later runs, up to
 ``max_attempts`` tries. A second run finds nothing to do for a version already tuned.
@@ -27,10 +27,10 @@ import re
 from prefect import flow
 
 from dynatune.files import WorkDir
+from dynatune.flows.tune_model import tune_model
 from dynatune.run.config import load_config, validate_dict
 from dynatune.secrets import mask, reference, resolve
-from flows.tune_model import tune_model
-from tasks.registry import (
+from dynatune.tasks.registry import (
     claim_version,
     download_version,
     find_untuned_versions,

@@ -3,10 +3,10 @@
 - ``nightly-retune-<config>``: one deployment of the ``tune_model`` flow per config, on a cron schedule
   (default ``0 2 * * *``, UTC), with parameters ``{config: <absolute path>, retune: true}``: each night
   a new run in ``<work_dir>/retune/<UTC stamp>``, warm-started from the previous night's records
-  (see :func:`flows.tune_model.retune_config`). The config file is read when the run starts, so edits
+  (see :func:`dynatune.flows.tune_model.retune_config`). The config file is read when the run starts, so edits
   apply from the next night on.
 - ``watch-registry``: the ``watch_registry`` flow every N minutes for the watched registered models
-  (see :mod:`flows.registry`).
+  (see :mod:`dynatune.flows.registry`).
 
 :func:`serve_deployments` registers them with the Prefect API (``PREFECT_API_URL``, or a local
 ephemeral server) and runs their flow runs as subprocesses of this process, at most ``limit`` at a
@@ -47,7 +47,7 @@ def build_deployments(
     from prefect.deployments.runner import EntrypointType
     from prefect.schedules import Cron
 
-    from flows.tune_model import tune_model
+    from dynatune.flows.tune_model import tune_model
 
     # by module path, not file path: the flow runs wherever the package is installed, whatever the cwd
     by_module = EntrypointType.MODULE_PATH
@@ -91,7 +91,7 @@ def build_deployments(
     if watch:
         from prefect.schedules import Interval
 
-        from flows.registry import watch_registry
+        from dynatune.flows.registry import watch_registry
 
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:

@@ -13,8 +13,8 @@ from dynatune.run import pipeline
 from dynatune.run.config import validate_dict
 from dynatune.run.pipeline import latest_run_dir, retune_config  # noqa: F401  (re-exported: the retune layout lives in the library)
 from dynatune.run.summary import RunSummary
-from tasks.steps import PREFECT_STEPS
-from tasks.tracking import MlflowCallback
+from dynatune.tasks.steps import PREFECT_STEPS
+from dynatune.tasks.tracking import MlflowCallback
 
 
 @flow(name="tune_model", log_prints=False, validate_parameters=False)

@@ -5,7 +5,7 @@ The model's artifacts are the compiled library and its metadata (``model.so``, `
 code is a copy of :mod:`dynatune.runtime` named ``dynatune_runtime``: loading the model needs TVM and numpy
 (its pinned requirements), not dynatune. ``predict`` takes the model's inputs by name (a dict of arrays; a
 bare array for a model with one input) and returns its outputs by name. Logged by
-:func:`tasks.tuned_model.log_tuned_model`, which never imports this file (it is MLflow's to run).
+:func:`dynatune.tasks.tuned_model.log_tuned_model`, which never imports this file (it is MLflow's to run).
 """
 
 import mlflow
@@ -16,8 +16,8 @@ class TunedModelPyfunc(PythonModel):
     def load_context(self, context):
         import dynatune_runtime
 
-        # the library's key among the artifacts (tasks.tuned_model.LIBRARY_ARTIFACT; this file is run
-        # alone, where tasks cannot be imported), its metadata beside it
+        # the library's key among the artifacts (dynatune.tasks.tuned_model.LIBRARY_ARTIFACT; this file is run
+        # alone, where dynatune cannot be imported), its metadata beside it
         self.model = dynatune_runtime.load(context.artifacts["library"])
 
     def predict(self, context, model_input, params=None):

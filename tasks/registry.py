@@ -1,10 +1,10 @@
-"""MLflow Model Registry glue for the registry watcher (:mod:`flows.registry`).
+"""MLflow Model Registry glue for the registry watcher (:mod:`dynatune.flows.registry`).
 
 A version of a watched registered model (an ONNX model) is *pending* until a tuning run has been linked
-to it. Linking registers the run's tuned model (its MLflow pyfunc model, :mod:`tasks.tuned_model`) as a
-version of the registered model ``NAME-tuned``, and moves that model's alias ``champion`` to it only when
-it earned it (:mod:`dynatune.compiler.promotion`: its outputs matched ONNX Runtime's and, timed side by
-side with the champion on quiet cores, it is not slower). So::
+to it. Linking registers the run's tuned model (its MLflow pyfunc model,
+:mod:`dynatune.tasks.tuned_model`) as a version of the registered model ``NAME-tuned``, and moves that
+model's alias ``champion`` to it only when it earned it (:mod:`dynatune.compiler.promotion`: its outputs
+matched ONNX Runtime's and, timed side by side with the champion on quiet cores, it is not slower). So::
 
     mlflow.pyfunc.load_model("models:/NAME-tuned@champion")
 

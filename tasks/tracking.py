@@ -34,8 +34,8 @@ from dynatune.files import WorkDir
 from dynatune.run.callbacks import RunCallback
 from dynatune.run.summary import RunSummary
 from dynatune.secrets import mask, mask_all
-from tasks.mlflow_store import point_mlflow_at, seed_sqlite_store, sqlite_path
-from tasks.tuned_model import MODEL_NAME, log_tuned_model
+from dynatune.tasks.mlflow_store import point_mlflow_at, seed_sqlite_store, sqlite_path
+from dynatune.tasks.tuned_model import MODEL_NAME, log_tuned_model
 
 ROUND_METRICS = (
     "estimated_latency_ms",
@@ -304,7 +304,8 @@ class Tracker:
 
     @_timed
     def log_tuned_model(self, library: str):
-        """The compiled ``library`` as this run's MLflow model (:func:`tasks.tuned_model.log_tuned_model`)."""
+        """The compiled ``library`` as this run's MLflow model
+        (:func:`dynatune.tasks.tuned_model.log_tuned_model`)."""
         return log_tuned_model(library, self.run_id, self.uri)
 
     @_timed

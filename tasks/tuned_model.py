@@ -1,4 +1,5 @@
-"""The tuned model of a run as an MLflow model: pyfunc flavor, logged from code (:mod:`tasks.pyfunc_model`).
+"""The tuned model of a run as an MLflow model: pyfunc flavor, logged from code
+(:mod:`dynatune.tasks.pyfunc_model`).
 
 :func:`log_tuned_model` logs it into a run as ``tuned_model``: the library and its metadata as artifacts,
 a copy of :mod:`dynatune.runtime` as its code, a signature and an input example from the ONNX model's
@@ -22,7 +23,7 @@ from importlib.metadata import version
 import numpy as np
 
 from dynatune import runtime
-from tasks.mlflow_store import point_mlflow_at
+from dynatune.tasks.mlflow_store import point_mlflow_at
 
 MODEL_NAME = "tuned_model"  # the model's name in its run: runs:/<run id>/tuned_model
 # the model's code, run by MLflow when it loads the model (never imported here: it sets MLflow's model)

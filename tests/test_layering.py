@@ -1,4 +1,9 @@
-"""Layering: the library (``dynatune/``) runs without Prefect and MLflow; only the CLI reaches them."""
+"""Layering: the library runs without Prefect and MLflow; only the orchestration above it reaches them.
+
+The installed package ``dynatune`` holds the library (``dynatune/``) and, above it, the orchestration: the
+Prefect tasks and MLflow glue (``tasks/``, installed as ``dynatune.tasks``), the Prefect flows (``flows/``,
+``dynatune.flows``) and the command line (``dynatune.cli``). No module of the library imports Prefect or
+MLflow, nor anything of the orchestration."""
 
 import pkgutil
 import subprocess
@@ -8,12 +13,19 @@ from helpers import ROOT
 
 import dynatune
 
+# the rooms above the library: the only ones that may import Prefect or MLflow
+ORCHESTRATION = ("dynatune.cli", "dynatune.tasks", "dynatune.flows")
+# where each folder of the repository installs (pyproject.toml's package-dir)
+FOLDERS = {"dynatune": "dynatune", "dynatune.tasks": "tasks", "dynatune.flows": "flows"}
+
+
+def _orchestration(name: str) -> bool:
+    return any(name == o or name.startswith(o + ".") for o in ORCHESTRATION)
+
 
 def test_every_library_module_imports_without_prefect_or_mlflow():
     names = sorted(
-        m.name
-        for m in pkgutil.walk_packages(dynatune.__path__, "dynatune.")
-        if m.name not in ("dynatune.cli",)
+        m.name for m in pkgutil.walk_packages(dynatune.__path__, "dynatune.") if not _orchestration(m.name)
     )
     assert "dynatune.run.pipeline" in names and "dynatune.schedulers.dynatune" in names
     code = (
@@ -21,6 +33,7 @@ def test_every_library_module_imports_without_prefect_or_mlflow():
         f"for name in {names!r}:\n"
         "    importlib.import_module(name)\n"
         "bad = [m for m in ('prefect', 'mlflow') if m in sys.modules]\n"
+        f"bad += [m for m in sys.modules if m.startswith({ORCHESTRATION!r})]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -41,7 +54,9 @@ FLOORS = {
     "library": 4,
     "run": 5,
     "bench": 6,
-    "cli": 7,
+    "tasks": 7,
+    "flows": 8,
+    "cli": 9,
 }
 
 
@@ -52,9 +67,10 @@ def _imports() -> dict[str, set[str]]:
 
     root = pathlib.Path(ROOT)
     modules = {}
-    for path in sorted((root / "dynatune").rglob("*.py")):
-        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-        modules[name] = path
+    for package, folder in FOLDERS.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = path.relative_to(root / folder).with_suffix("").parts
+            modules[".".join((package, *parts)).removesuffix(".__init__")] = path
     graph = {}
     for name, path in modules.items():
         found = set()

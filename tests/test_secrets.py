@@ -255,14 +255,14 @@ def test_a_password_in_every_url_setting_and_in_tags_is_recorded_nowhere(
     saved = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     try:
         register_model(uri, "secret-net", model, str(mlflow_server["dir"] / "artifacts"))
-        from flows.registry import watch_registry
+        from dynatune.flows.registry import watch_registry
 
         done = watch_registry(
             ["secret-net"], str(cfg), "env:MLFLOW_TRACKING_URI", work_root=str(tmp_path / "reg")
         )
         assert [d["status"] for d in done] == ["tuned"], done
         # serve: the deployments' parameters (what the Prefect UI shows)
-        from flows.serve import build_deployments
+        from dynatune.flows.serve import build_deployments
 
         deps = build_deployments([str(cfg)], watch=["secret-net"], tracking_uri=uri)
         assert all(PASSWORD not in repr(d.parameters) for d in deps)

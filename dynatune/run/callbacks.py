@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class RunStart:
     """The run is set up: model imported, tasks extracted, session open, untuned latencies known."""
 
-    cfg: object  # dynatune.run.config.Config
+    cfg: object  # dynatune.run.config_schema.Config
     model: object  # dynatune.model.importer.Model
     tasks: list  # dynatune.model.extract.Task
     state: dict  # the run's persisted state (run.json): a callback may keep its ids here to resume
@@ -34,7 +34,7 @@ class RunStart:
     elapsed_s: float
     cache_hit: bool = False
     warm_start: dict | None = None  # what the warm start imported, when there was one
-    config_hash: str = ""  # :meth:`dynatune.run.config.Config.config_hash`, computed once per run
+    config_hash: str = ""  # :meth:`dynatune.run.config_schema.Config.config_hash`, computed once per run
     library: dict | None = (
         None  # the schedule library's part (matched tasks, seeded records), when it is used
     )

@@ -367,7 +367,7 @@ def test_two_runs_share_a_library_on_postgresql_and_its_password_is_never_record
     it is recorded), the second takes it from PGPASSWORD; it is in no file of either run, MLflow's store
     included."""
     from dynatune.run.pipeline import TuningRun, run
-    from tasks.tracking import MlflowCallback
+    from dynatune.tasks.tracking import MlflowCallback
 
     model = make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1, channels=8, seed=3)
     with_password = postgres.url.replace(f"{postgres.user}@", f"{postgres.user}:{postgres.password}@")
@@ -391,9 +391,9 @@ def test_two_runs_share_a_library_on_postgresql_and_its_password_is_never_record
 
 
 def test_nightly_retunes_and_registry_runs_use_the_library_by_default(tmp_path):
+    from dynatune.flows.registry import version_config
     from dynatune.run.config import load_config, validate_dict
     from dynatune.run.pipeline import retune_config
-    from flows.registry import version_config
 
     cfg = load_config(None, work_dir=str(tmp_path / "w"))
     assert cfg.library.enabled and cfg.library.url is None

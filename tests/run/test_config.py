@@ -690,7 +690,7 @@ QUICKSTART_CHANGES = {
 
 def _flat_sections(d: dict) -> dict:
     """``{"search.seed": 0, "budget_s": 600, ...}``: the sections' keys under their section's name."""
-    from dynatune.run.config import _sections
+    from dynatune.run.config_schema import _sections
 
     out = {}
     for k, v in d.items():
@@ -704,7 +704,7 @@ def _flat_sections(d: dict) -> dict:
 def test_quickstart_lists_every_key_with_its_default():
     """configs/quickstart.yaml is the documentation of every key: it lists every setting of the model, no
     other key, each with its default (but the few it changes on purpose, and model.path, commented)."""
-    from dynatune.run.config import Config
+    from dynatune.run.config_schema import Config
 
     text = (REPO / "configs" / "quickstart.yaml").read_text()
     listed = _flat_sections(yaml.safe_load(text))
@@ -720,7 +720,7 @@ def test_quickstart_lists_every_key_with_its_default():
 def test_config_schema_command(capsys):
     """`dynatune config schema`: the JSON schema of the whole config, every section's settings in it."""
     from dynatune.cli import main
-    from dynatune.run.config import Config, _sections
+    from dynatune.run.config_schema import Config, _sections
 
     assert main(["config", "schema"]) == 0
     schema = json.loads(capsys.readouterr().out)

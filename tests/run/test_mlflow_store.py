@@ -1,13 +1,14 @@
 """A new work dir's SQLite tracking store is seeded from an empty store MLflow migrated once per MLflow
-version (:mod:`tasks.mlflow_store`): the same schema and revision as a store MLflow creates, experiments
-numbered as in a new store, and a store that exists, or a store elsewhere than SQLite, is never touched."""
+version (:mod:`dynatune.tasks.mlflow_store`): the same schema and revision as a store MLflow creates,
+experiments numbered as in a new store, and a store that exists, or a store elsewhere than SQLite, is never
+touched."""
 
 import os
 import sqlite3
 
 import pytest
 
-from tasks.mlflow_store import empty_store_template, seed_sqlite_store
+from dynatune.tasks.mlflow_store import empty_store_template, seed_sqlite_store
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ def registry(tmp_path_factory, prefect_stack):
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     try:
-        from flows.registry import watch_registry
+        from dynatune.flows.registry import watch_registry
 
         uri = f"sqlite:///{d / 'mlflow.db'}"
         v1 = make_tiny_onnx(str(d / "v1.onnx"), batch=1, channels=8)
@@ -141,7 +141,7 @@ def test_the_champion_alias_loads_the_tuned_model(registry):
     import numpy as np
     import onnxruntime as ort
 
-    from tasks.registry import champion
+    from dynatune.tasks.registry import champion
 
     uri = registry["uri"]
     mlflow.set_tracking_uri(uri)
@@ -166,7 +166,7 @@ def test_second_pass_does_not_retune_and_the_champion_moves_only_when_earned(reg
     runs = client.search_runs([client.get_experiment_by_name(f"dynatune/{NAME}").experiment_id])
     assert sorted(r.data.tags["model_version"] for r in runs) == sorted([registry["version1"], v2])
     assert len(json.load(open(registry["dir"] / "runs" / NAME / f"v{v2}" / "tasks.json"))) == 6
-    from tasks.registry import champion
+    from dynatune.tasks.registry import champion
 
     # version 2 (one more conv) was timed side by side with version 1's tuned model: the champion moved
     # to it only if it was not slower, and either way its tuned version says why
@@ -195,8 +195,8 @@ def test_a_slower_tuned_model_does_not_take_the_champion_alias(registry, tmp_pat
     from dynatune.machine.target import make_target
     from dynatune.model.importer import load_model
     from dynatune.run.summary import RunSummary
-    from tasks.registry import champion, link_tuned_version
-    from tasks.tuned_model import log_tuned_model
+    from dynatune.tasks.registry import champion, link_tuned_version
+    from dynatune.tasks.tuned_model import log_tuned_model
 
     uri = registry["uri"]
     before = champion(uri, NAME)
@@ -634,8 +634,8 @@ def test_retune_config_is_a_new_dated_run_warm_started_from_the_newest(tmp_path)
     run."""
     import datetime
 
+    from dynatune.flows.tune_model import latest_run_dir, retune_config
     from dynatune.run.config import load_config
-    from flows.tune_model import latest_run_dir, retune_config
 
     base = tmp_path / "work"
     cfg_path = tmp_path / "c.yaml"

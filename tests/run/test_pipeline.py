@@ -157,7 +157,7 @@ def test_rerun_continues_rounds(first_run):
 def test_prestart_hands_its_early_server_to_prefect(tmp_path):
     """`dynatune tune` starts Prefect's ephemeral server while TVM imports; the flow then uses that one."""
     code = (
-        "from flows.startup import prestart\n"
+        "from dynatune.flows.startup import prestart\n"
         "prestart()\n"
         "import subprocess\n"
         "from prefect import flow\n"

@@ -263,7 +263,7 @@ def test_a_tiny_run_that_converges_stops_with_its_reason_in_the_summary_report_a
 
     from dynatune.run.config import load_config
     from dynatune.run.pipeline import run
-    from tasks.tracking import MlflowCallback
+    from dynatune.tasks.tracking import MlflowCallback
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the work dir's own store
     monkeypatch.setattr(tracking_utils, "_tracking_uri", None)

@@ -41,7 +41,7 @@ def _track_a_run(tiny_onnx, work_dir, state: dict, marker: str, compiled) -> tup
     Its compiled model is ``compiled``'s (the ``compiled_tiny`` fixture), its metadata marked ``marker``."""
     from dynatune.run.config import load_config
     from dynatune.run.pipeline import load_model
-    from tasks.tracking import MlflowCallback
+    from dynatune.tasks.tracking import MlflowCallback
 
     cfg = load_config(None, model=tiny_onnx, work_dir=str(work_dir), shapes={"x": (1, 3, 16, 16)})
     wd = WorkDir(str(work_dir))

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # a model is compiled, plain processes load it, a
 def logged(compiled_tiny, tmp_path_factory):
     from mlflow import MlflowClient
 
-    from tasks.tuned_model import MODEL_NAME, log_tuned_model
+    from dynatune.tasks.tuned_model import MODEL_NAME, log_tuned_model
 
     d = tmp_path_factory.mktemp("tuned-model")
     uri = f"sqlite:///{d / 'mlflow.db'}"

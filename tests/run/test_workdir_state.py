@@ -202,7 +202,7 @@ def test_mlflow_never_gets_a_step_twice(tiny_onnx, tmp_path):
     from dynatune.run.config import load_config
     from dynatune.run.pipeline import load_model
     from dynatune.run.tuner import RoundRecord
-    from tasks.tracking import MlflowCallback
+    from dynatune.tasks.tracking import MlflowCallback
 
     cfg = load_config(None, model=tiny_onnx, work_dir=str(tmp_path / "w"), shapes={"x": (1, 3, 16, 16)})
     wd = WorkDir(cfg.work_dir)
