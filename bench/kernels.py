@@ -87,10 +87,10 @@ def inner_loop_summary(lib) -> dict:
 
 def best_record_schedule(db, task, postprocs):
     """The scheduled module of the best record ``db`` holds for ``task``, or ``None``."""
-    from dynatune.search.replay import replay
+    from dynatune.search.reapply import reapply
 
     top = db.memory.get_top_k(db.workload(task.key, task.mod), 1)
-    sch = replay(task.mod, top[0].trace, postprocs) if top else None
+    sch = reapply(task.mod, top[0].trace, postprocs) if top else None
     return sch.mod if sch is not None else None
 
 

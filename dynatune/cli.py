@@ -113,7 +113,7 @@ def _preflight(cfg) -> None:
     """Everything that can be wrong with the input is found before Prefect starts and tuning begins."""
     from dynatune.machine.target import make_target
     from dynatune.model.importer import load_model
-    from dynatune.tasks.tracking import check_tracking_uri
+    from dynatune.tasks.reachability import check_tracking_uri
 
     load_model(cfg.model.path, cfg.model.shapes, name=cfg.model.name)
     make_target(cfg.target)
@@ -218,7 +218,7 @@ def _tracking_uri(arg: str | None) -> str:
 
 def cmd_report(args) -> int:
     from dynatune.run import report as rp
-    from dynatune.tasks.tracking import read_run
+    from dynatune.tasks.run_reader import read_run
 
     uri = _tracking_uri(args.tracking_uri)
     data = read_run(uri, args.run_id)
@@ -256,7 +256,7 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from dynatune.run import report as rp
     from dynatune.run.summary import RunSummary
-    from dynatune.tasks.tracking import read_run
+    from dynatune.tasks.run_reader import read_run
 
     uri = _tracking_uri(args.tracking_uri)
     curves, summaries = {}, {}

@@ -122,7 +122,7 @@ def check_prefect_api(url: str | None) -> None:
     """A configured Prefect API (``prefect_api_url``, else ``$PREFECT_API_URL``) answers, or one line says it
     does not, before anything is written (the flow would fail with Prefect's "Failed to reach API")."""
     if url:
-        from dynatune.tasks.tracking import check_reachable
+        from dynatune.tasks.reachability import check_reachable
 
         check_reachable(
             url,

@@ -199,7 +199,7 @@ def _duel(session, winograd, direct, signature: str) -> tuple[Duel, object]:
     batch; the duel, and the fastest direct candidate with its result (``None``: none ran)."""
     from dynatune.search.analytic import task_analytic_candidates
     from dynatune.search.database import mean_secs
-    from dynatune.search.replay import measure_candidate
+    from dynatune.search.reapply import measure_candidate
 
     cands, tasks = [], []
     session.db.workload(winograd.key, winograd.mod)  # the workload its records are kept under

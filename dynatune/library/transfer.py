@@ -52,13 +52,13 @@ def _refitting(sch):
 def transferred_candidates(mod, sources, postprocs, limit: int, seed: int = 1) -> list:
     """Up to ``limit`` distinct MeasureCandidates for ``mod`` (an IRModule with ``main``) re-applied from
     ``sources`` (``[(workload json, record json), ...]``, best first)."""
-    from dynatune.search.replay import distinct_candidates, replay
+    from dynatune.search.reapply import distinct_candidates, reapply
 
     def schedules():
         for k, (wl_json, rec_json) in enumerate(sources):
             trace = _trace(wl_json, rec_json)
             if trace is not None:
-                yield replay(mod, trace, postprocs, _refitting, seed=seed + k)
+                yield reapply(mod, trace, postprocs, _refitting, seed=seed + k)
 
     return distinct_candidates(schedules(), limit)
 

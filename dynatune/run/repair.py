@@ -26,7 +26,7 @@ from dynatune.errors import DynatuneError
 from dynatune.files import WorkDir, atomic_write_json
 from dynatune.run.lock import WorkDirLock
 from dynatune.run.workdir_state import check_round_line, read_rounds, read_run_state, read_tasks_file
-from dynatune.search.session import TaskState, read_session_state
+from dynatune.search.session_state import TaskState, read_session_state
 from dynatune.search.state_files import DamagedFile, read_json_file, scan_jsonl
 
 

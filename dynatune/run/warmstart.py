@@ -15,7 +15,7 @@ from dataclasses import asdict
 from dynatune.errors import DynatuneError
 from dynatune.files import WorkDir, atomic_write_json
 from dynatune.search.database import TuningDatabase
-from dynatune.search.session import read_session_state
+from dynatune.search.session_state import read_session_state
 from dynatune.search.state_files import read_json_file
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dynatune.errors import DynatuneError
 from dynatune.files import WorkDir
 from dynatune.search.database import check_record_line, check_workload_line
-from dynatune.search.session import read_session_state
+from dynatune.search.session_state import read_session_state
 from dynatune.search.state_files import DamagedFile, needs, read_json_file, read_jsonl, scan_jsonl, warn_torn
 
 

@@ -26,7 +26,7 @@ matmul), this module *chooses* the design space's decisions:
 
 The weights are pre-packed in the order the kernel reads them by MetaSchedule's ``RewriteLayout``, as for
 any other candidate. The candidate is a trace of the task's own design space
-(:mod:`dynatune.search.replay`): it is measured in the task's first batch, recorded like any other, and
+(:mod:`dynatune.search.reapply`): it is measured in the task's first batch, recorded like any other, and
 the evolutionary search mutates from it. A tiled shape the plan does not fit (a design space of another
 structure) gets no analytic candidate, and the search goes on as before.
 
@@ -122,9 +122,9 @@ def tiled_loops(mod, space) -> tuple[list[int], list[int]] | None:
 
         return record
 
-    from dynatune.search.replay import replay
+    from dynatune.search.reapply import reapply
 
-    if replay(mod, space.trace, [], provider_for) is None or set(extents) != {4, 2}:
+    if reapply(mod, space.trace, [], provider_for) is None or set(extents) != {4, 2}:
         return None
     return extents[4], extents[2]
 
@@ -147,7 +147,7 @@ def analytic_candidates(mod, spaces, postprocs, unit, cores: int, limit: int = 2
     candidate when it has none), from the design space in ``spaces`` that computes the epilogue nearest
     the register block; for a task that tiles no block, up to ``limit`` :func:`streaming_candidates`;
     ``[]`` when no space fits."""
-    from dynatune.search.replay import distinct_candidates, replay
+    from dynatune.search.reapply import distinct_candidates, reapply
     from dynatune.search.space import tiles_a_block
 
     if unit is None or limit < 1:
@@ -158,7 +158,7 @@ def analytic_candidates(mod, spaces, postprocs, unit, cores: int, limit: int = 2
             continue
         plans = [plan_tiles(*loops, unit, cores, rank) for rank in range(limit)]
         schedules = (
-            replay(mod, space.trace, postprocs, planned_decisions(p, at))
+            reapply(mod, space.trace, postprocs, planned_decisions(p, at))
             for p in plans
             if p is not None
             for at in PRODUCER_PLACES
@@ -208,12 +208,12 @@ def streaming_decisions(unroll: int):
 def streaming_candidates(mod, spaces, postprocs, limit: int = 2) -> list:
     """Up to ``limit`` MeasureCandidates of a task that tiles no block: its design space with no split
     reduction, producers inlined, the first unroll choices (``[]`` when no space fits)."""
-    from dynatune.search.replay import distinct_candidates, replay
+    from dynatune.search.reapply import distinct_candidates, reapply
 
     for space in spaces:
         if "RFactor" in str(space.trace):
             continue
-        schedules = (replay(mod, space.trace, postprocs, streaming_decisions(k)) for k in range(limit))
+        schedules = (reapply(mod, space.trace, postprocs, streaming_decisions(k)) for k in range(limit))
         found = distinct_candidates(schedules, limit)
         if found:
             return found

@@ -38,7 +38,7 @@ def finish_candidates(cands, deferred, threads: int = 1) -> list:
     MetaSchedule's own search applies the same postprocessors from several threads); the order is kept."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dynatune.search.replay import measure_candidate
+    from dynatune.search.reapply import measure_candidate
 
     if not deferred:
         return list(cands)

@@ -49,7 +49,7 @@ class CarriedPopulation:
         self.fresh, self.max_trials, self.generated = fresh, max_trials, 0
         self._sample = tvm.get_global_func(f"{_EVOLUTIONARY_SEARCH}SampleInitPopulation")
         self._evolve = tvm.get_global_func(f"{_EVOLUTIONARY_SEARCH}EvolveWithCostModel")
-        self._best: dict = {}  # a best record's trace -> its schedule (None: the replay failed)
+        self._best: dict = {}  # a best record's trace -> its schedule (None: it did not apply)
         self.samples: list = []  # the random samples carried, newest first
         self.drawn: list[int] = []  # per batch, the random samples asked for
         self.replays = 0  # best records replayed
@@ -60,7 +60,7 @@ class CarriedPopulation:
         """The next ``n`` (at most) MeasureCandidates; ``[]`` when the search finds nothing new or has given
         the task its ``max_trials``. As MetaSchedule picks them: the best-ranked, and ``eps_greedy`` of the
         batch (rounded down) random samples of the population."""
-        from dynatune.search.replay import distinct_candidates
+        from dynatune.search.reapply import distinct_candidates
 
         n = min(n, self.max_trials - self.generated)
         if n <= 0:
@@ -83,7 +83,7 @@ class CarriedPopulation:
 
     def _best_schedules(self) -> list:
         """The database's best records of the task, post-processed, each replayed only once."""
-        from dynatune.search.replay import replay
+        from dynatune.search.reapply import reapply
 
         postprocs = self.ctx.space_generator.postprocs
         kept = {}
@@ -92,7 +92,7 @@ class CarriedPopulation:
             trace = record.trace
             if trace not in self._best:
                 self.replays += 1
-                self._best[trace] = replay(self.ctx.mod, trace, postprocs)
+                self._best[trace] = reapply(self.ctx.mod, trace, postprocs)
             kept[trace] = self._best[trace]
         self._best = kept
         return [s for s in kept.values() if s is not None]

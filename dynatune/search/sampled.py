@@ -25,13 +25,13 @@ def sampled_candidates(mod, spaces, postprocs, n: int, seed: int, exclude=()) ->
     ``seed``."""
     from tvm.s_tir import Trace
 
-    from dynatune.search.replay import distinct_candidates, replay
+    from dynatune.search.reapply import distinct_candidates, reapply
 
     if n <= 0 or not spaces:
         return []
     blanks = [Trace(space.trace.insts, {}) for space in spaces]  # no decisions: each is sampled anew
     draws = (
-        replay(mod, blanks[k % len(blanks)], postprocs, seed=(seed * 100_003 + k) % (2**31 - 1))
+        reapply(mod, blanks[k % len(blanks)], postprocs, seed=(seed * 100_003 + k) % (2**31 - 1))
         for k in range(n * ATTEMPTS_PER_CANDIDATE)
     )
     return distinct_candidates(draws, n, exclude)

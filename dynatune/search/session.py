@@ -7,7 +7,8 @@ One :class:`TuningSession` per model run. It keeps, between slots:
 - the durable tuning database (:mod:`dynatune.search.database`), so a later slot, or a later process, starts
   from every record measured so far;
 - ``session.json``: each task's untuned latency (measured once), tuning seconds and trials spent, and its
-  history of best latency after every slot (what the belief model learns from).
+  history of best latency after every slot (what the belief model learns from;
+  :mod:`dynatune.search.session_state`).
 
 One-off costs are paid once per process, never per round: TVM's ``tensor_intrin`` import, the builder
 and runner worker pools (kept alive, see :mod:`dynatune.search.builder`), and the cost model.
@@ -24,7 +25,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from dynatune.files import WorkDir, atomic_write_json, remove_leftovers
+from dynatune.files import WorkDir, remove_leftovers
 from dynatune.machine.target import gpu_default_schedule, target_device
 from dynatune.model.extract import Task
 from dynatune.search.batch_callbacks import Batch, default_batch_callbacks, short_error
@@ -37,8 +38,8 @@ from dynatune.search.population import CarriedPopulation
 from dynatune.search.retirement import RetirementPolicy
 from dynatune.search.sampled import sampled_candidates
 from dynatune.search.section import MAX_SEED, OneOf, Section
+from dynatune.search.session_state import TaskState, read_session_state, write_session_state
 from dynatune.search.space import UNROLL_STEPS
-from dynatune.search.state_files import needs, read_json_file
 
 log = logging.getLogger(__name__)
 RELEARN_RECORDS = 512  # per task: the best records a cost model started afresh learns (feature extraction)
@@ -116,55 +117,6 @@ class RoundResult:
         return d
 
 
-@dataclass
-class TaskState:
-    seconds: float = 0.0
-    trials: int = 0
-    errors: int = 0
-    default_s: float | None = None
-    history: list = field(default_factory=list)  # [seconds, trials, best_s] after each slot
-    exhausted: bool = False
-    note: str = ""
-    fail_streak: int = 0  # candidates in a row that failed to build or run (across slots and processes)
-
-
-_NUMBER = (int, float)
-_TASK_STATE_TYPES = {
-    "seconds": _NUMBER,
-    "trials": int,
-    "errors": int,
-    "default_s": (*_NUMBER, type(None)),
-    "history": list,
-    "exhausted": bool,
-    "note": str,
-    "fail_streak": int,
-}
-
-
-def read_session_state(path: str) -> dict[str, TaskState]:
-    """``session.json``'s task states by task key ({} when there is none yet); raises
-    :class:`~dynatune.search.state_files.DamagedFile` naming the file when it is not one."""
-    doc = read_json_file(path, dict, _session_problem)
-    return {key: TaskState(**st) for key, st in (doc or {}).get("tasks", {}).items()}
-
-
-def _session_problem(doc: dict) -> str | None:
-    tasks = doc.get("tasks", {})
-    if not isinstance(tasks, dict):
-        return "'tasks' is not an object"
-    for key, st in tasks.items():
-        if not isinstance(st, dict):
-            return f"task {key} is not an object"
-        if unknown := set(st) - set(_TASK_STATE_TYPES):
-            return f"task {key} has unknown fields {sorted(unknown)}"
-        types = {k: v for k, v in _TASK_STATE_TYPES.items() if k in st}
-        if problem := needs(st, **types):
-            return f"task {key}: {problem}"
-        if any(not isinstance(h, list) or len(h) != 3 for h in st.get("history", [])):
-            return f"task {key}: its history is not [seconds, trials, best] rows"
-    return None
-
-
 class TuningSession:
     def __init__(
         self,
@@ -235,7 +187,7 @@ class TuningSession:
                 self.states[key] = st
 
     def save_state(self) -> None:
-        atomic_write_json(self.state_path, {"tasks": {k: asdict(v) for k, v in self.states.items()}})
+        write_session_state(self.state_path, self.states)
         if self.cost_model is not None and hasattr(self.cost_model, "save") and self._cost_model_trained():
             tmp = self.cost_model_path + ".tmp"
             self.cost_model.save(tmp)
@@ -278,10 +230,10 @@ class TuningSession:
         """A record's candidate as the task's search ranks it: without the postprocessors ``deferred`` to
         the candidates built, if any (:mod:`dynatune.search.layout_rewrite`); ``None`` where its trace
         does not apply (a structurally equal workload may name its blocks otherwise)."""
-        from dynatune.search.replay import measure_candidate, replay
+        from dynatune.search.reapply import measure_candidate, reapply
 
         if deferred:
-            sch = replay(ctx.mod, record.trace, ctx.space_generator.postprocs)
+            sch = reapply(ctx.mod, record.trace, ctx.space_generator.postprocs)
             return measure_candidate(sch) if sch is not None else None
         try:
             return record.as_measure_candidate()
@@ -595,7 +547,7 @@ class TuningSession:
         """Each task's best schedule (as the compile applies it) measured again, all in one batch: ``{task
         index: mean seconds}`` (inf: it failed to build or run), for the tasks of ``indices`` that have one.
         Not recorded: a record from elsewhere (the schedule library, a warm start) confirmed here."""
-        from dynatune.search.replay import measure_candidate
+        from dynatune.search.reapply import measure_candidate
 
         cands, tasks = [], []
         for i in indices:

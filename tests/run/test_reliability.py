@@ -329,7 +329,7 @@ def test_build_failures_are_recorded_and_a_task_that_never_builds_is_retired(
 ):
     from dynatune.run.config import load_config
     from dynatune.run.tuner import Tuner
-    from dynatune.tasks.tracking import Tracker
+    from dynatune.tasks.run_writer import Tracker
 
     model, tasks, _ = tiny
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

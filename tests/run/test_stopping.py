@@ -12,7 +12,8 @@ from dynatune.files import WorkDir
 from dynatune.run.stopping import BeliefStopping
 from dynatune.run.tuner import Tuner
 from dynatune.schedulers.base import RoundContext, TaskView
-from dynatune.search.session import RoundResult, TaskState
+from dynatune.search.session import RoundResult
+from dynatune.search.session_state import TaskState
 
 SLOT = 2.0
 

@@ -67,7 +67,7 @@ def test_a_finished_candidate_is_the_schedule_metaschedule_would_have_built(conv
     from tvm_ffi import structural_hash
 
     from dynatune.search.layout_rewrite import finish_candidates
-    from dynatune.search.replay import replay
+    from dynatune.search.reapply import reapply
     from dynatune.search.space import post_order_apply
 
     cands, deferred, _ = searched_candidates(conv_task, cpu_target)
@@ -80,7 +80,7 @@ def test_a_finished_candidate_is_the_schedule_metaschedule_would_have_built(conv
     ).space_generator.postprocs
     for c, f in zip(cands, finished):
         assert PREPROC not in str(c.sch.trace) and PREPROC in str(f.sch.trace)
-        whole = replay(conv_task.mod, c.sch.trace, full)
+        whole = reapply(conv_task.mod, c.sch.trace, full)
         assert structural_hash(f.sch.mod) == structural_hash(whole.mod)
         weights = [list(a.shape) for a in c.args_info], [list(a.shape) for a in f.args_info]
         assert weights[0] != weights[1]  # the weight is an argument in its packed layout

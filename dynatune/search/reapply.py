@@ -9,7 +9,7 @@ they do on the search's own candidates, so the result is measured, recorded and 
 from __future__ import annotations
 
 
-def replay(mod, trace, postprocs, provider_for=None, seed: int = 1):
+def reapply(mod, trace, postprocs, provider_for=None, seed: int = 1):
     """``trace`` applied to ``mod`` and ``postprocs`` run, or ``None`` when the trace does not fit ``mod``
     or a postprocessor rejects the result. ``provider_for(sch)`` gives the decision provider for the
     schedule the trace is applied to (its random variables are that schedule's); without it, the trace's
