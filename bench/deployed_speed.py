@@ -2,7 +2,8 @@
 has imported nothing of dynatune, timed side by side with ONNX Runtime there, against the ratio the run
 reported.
 
-    python bench/deployed_speed.py runs/quickstart runs/mnasnet0_5 ... [--rounds 15] [--block-ms 200]
+    python -m bench.deployed_speed runs/quickstart runs/mnasnet0_5 ... [--openvino] [--rounds 15] \\
+        [--block-ms 200]
 
 For each work dir (a finished ``dynatune tune`` run: ``model.so``, its ``model.json``, ``report/summary.json``
 and the run's MLflow store), one fresh process per way of loading:
@@ -16,9 +17,10 @@ and the run's MLflow store), one fresh process per way of loading:
 
 Each process times ``predict`` (numpy in, numpy out, as a user calls it) and ONNX Runtime's ``sess.run``
 (its defaults, as many intra-op threads as the model was timed with) in alternating blocks, the order
-swapped every round, on the same seeded inputs, and prints the per-round ratios. The loader's process
-times OpenVINO too, where it is installed (``pip install openvino``: the benchmarks' extra, not the
-runtime's): ``compile_model(onnx, "CPU", PERFORMANCE_HINT=LATENCY, INFERENCE_NUM_THREADS=<threads>,
+swapped every round, on the same seeded inputs, and prints the per-round ratios. With ``--openvino`` the
+loader's process times OpenVINO too (``pip install -c constraints.txt -e '.[bench]'``: the benchmarks'
+extra, not the runtime's; asked for, never picked up because it happens to be installed):
+``compile_model(onnx, "CPU", PERFORMANCE_HINT=LATENCY, INFERENCE_NUM_THREADS=<threads>,
 INFERENCE_PRECISION_HINT=f32)``, an infer request's ``infer(inputs)``, in the same rotation; the row then
 gives dynatune against the faster of ONNX Runtime and OpenVINO, round by round (issue #55's target).
 Each process starts with no ``TVM_*``, ``OMP_*`` or ``DYNATUNE_*`` variable. The machine's load is probed
@@ -28,15 +30,13 @@ loader's and pyfunc's ratio within 10 % of the run's. Results go to ``bench/resu
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results", "deployed_speed.json")
+from bench.harness import parser, results_path, write_json
 
 WAYS = ("loader", "pyfunc", "plain TVM", "plain TVM, TVM_NUM_THREADS")
 
@@ -202,37 +202,36 @@ def measure(work_dir: str, rounds: int, block_ms: float, with_openvino: bool) ->
     return row
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> dict:
+    ap = parser(__doc__)
     ap.add_argument("work_dirs", nargs="+", help="finished dynatune tune work dirs")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--block-ms", type=float, default=200.0)
-    ap.add_argument("--out", default=RESULTS)
-    ap.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out of the loader's process")
+    ap.add_argument("--openvino", action="store_true", help="time OpenVINO too, in the loader's process")
+    ap.add_argument("--out", default=results_path("deployed_speed.json"))
     args = ap.parse_args(argv)
     import importlib.util
 
-    with_openvino = not args.no_openvino and importlib.util.find_spec("openvino") is not None
+    if args.openvino and importlib.util.find_spec("openvino") is None:
+        ap.error("--openvino: OpenVINO is not installed (pip install -c constraints.txt -e '.[bench]')")
     import datetime
 
     from dynatune.machine.target import cpu_model_and_isa
 
     cpu, isa = cpu_model_and_isa()
-    rows = [measure(os.path.abspath(w), args.rounds, args.block_ms, with_openvino) for w in args.work_dirs]
+    rows = [measure(os.path.abspath(w), args.rounds, args.block_ms, args.openvino) for w in args.work_dirs]
     doc = {
         "date": datetime.datetime.now().isoformat(timespec="minutes"),
         "cpu": cpu,
         "isa": isa,
         "rounds": args.rounds,
         "block_ms": args.block_ms,
+        "openvino": args.openvino,
         "rows": rows,
     }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(f"wrote {args.out}")
-    return 0
+    print(f"wrote {write_json(args.out, doc)}")
+    return doc
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

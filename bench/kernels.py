@@ -1,6 +1,6 @@
 """Kernel for kernel: each heavy conv/matmul task of a model, timed side by side against ONNX Runtime's op.
 
-    python bench/kernels.py --model ../shared/models/squeezenet1_1.onnx [--work-dir RUN_WORK_DIR] \
+    python -m bench.kernels --model ../shared/models/squeezenet1_1.onnx [--work-dir RUN_WORK_DIR] \
         [--tasks 8] [--rounds 7] [--json OUT]
 
 For each of the ``--tasks`` heaviest tasks (weight x FLOPs) that MetaSchedule tiles (convolutions, dense,
@@ -13,28 +13,30 @@ matmul), one process builds and times, interleaved round by round (median of the
   run by ONNX Runtime with its profiler, in the same rounds, with the same threads; its kernel with the
   same weight and output shapes, as it runs inside its model.
 
-TVM kernels are timed as tuning times them (weights pre-packed, layout rewrite outside the timing). Each
-row gives the task's FLOPs, GFLOP/s, % of this machine's peak (MLAS SGEMM, as the roofline measures it),
-which roof bounds the task (``bound_by``: ``memory`` when its compulsory bytes take longer at the
-measured bandwidth than its FLOPs at the peak) and % of that roof, and the ratio of each TVM kernel to
-ONNX Runtime's op. The analytic kernel's inner loop is summarised from
+TVM kernels are timed as tuning times them (weights pre-packed, layout rewrite outside the timing), each
+reading the fastest of one call looped for >= 50 ms (``time_evaluator(number=1, repeat=1,
+min_repeat_ms=50)``). Each row gives the task's FLOPs, GFLOP/s, % of this machine's peak (the roofline's:
+the register-only FMA loop, :func:`dynatune.machine.roofline.machine_roofline`, cached per machine, as the
+run's beliefs and profile use it), which roof bounds the task (``bound_by``: ``memory`` when its
+compulsory bytes take longer at the roofline's bandwidth than its FLOPs at the peak) and % of that roof,
+and the ratio of each TVM kernel to ONNX Runtime's op. The analytic kernel's inner loop is summarised from
 its assembly: vector FMAs, loads, broadcasts and stack spills.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import statistics
-import sys
 from collections import defaultdict
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from bench.harness import heaviest, load_tasks, parser, write_json
+
+# each reading: one call of the kernel looped for at least this long, its mean
+MIN_REPEAT_MS = 50
 
 
 def tvm_timer(mod, target):
@@ -50,7 +52,7 @@ def tvm_timer(mod, target):
         tvm.runtime.tensor(rng.standard_normal([int(d) for d in a.shape]).astype(a.dtype), dev)
         for a in ArgInfo.from_entry_func(mod, remove_preproc=True)
     ]
-    evaluator = lib.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=50)
+    evaluator = lib.time_evaluator("main", dev, number=1, repeat=1, min_repeat_ms=MIN_REPEAT_MS)
     evaluator(*args)
 
     def once() -> float:
@@ -94,39 +96,36 @@ def best_record_schedule(db, task, postprocs):
     return sch.mod if sch is not None else None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None) -> dict:
+    ap = parser(__doc__)
     ap.add_argument("--model", action="append", required=True)
     ap.add_argument("--work-dir", help="a run's work dir: its best record per task is timed too")
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", help="write the rows here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     from dynatune.compiler.anchors import OnnxRuntimeProfile
     from dynatune.files import WorkDir
-    from dynatune.machine.roofline import Roofline, compulsory_bytes, measure_bandwidth, mlas_peak
+    from dynatune.machine.roofline import compulsory_bytes, machine_roofline
     from dynatune.machine.target import make_target, usable_cores
     from dynatune.machine.vector import vector_unit
-    from dynatune.model.extract import extract_tasks
-    from dynatune.model.importer import load_model
     from dynatune.search.analytic import task_analytic_candidates
     from dynatune.search.database import TuningDatabase
 
     target, threads = make_target(), usable_cores()
-    unit = vector_unit(target)
-    peak = mlas_peak(threads)
-    roof = Roofline(peak, measure_bandwidth())
+    unit, roof = vector_unit(target), machine_roofline(target)
+    peak = roof.peak_flops
     print(
-        f"target {target}, {unit}, peak (MLAS SGEMM, {threads} threads) {peak / 1e9:.0f} GFLOP/s, "
-        f"bandwidth {roof.bandwidth / 1e9:.1f} GB/s"
+        f"target {target}, {unit}, peak (the roofline's FMA loop, {threads} threads) {peak / 1e9:.0f} GFLOP/s"
+        f"{' (measured under load)' if roof.under_load else ''}, bandwidth {roof.bandwidth / 1e9:.1f} GB/s"
     )
-    db = TuningDatabase(WorkDir(args.work_dir).db) if args.work_dir else None
+    db = TuningDatabase(WorkDir(args.work_dir).db, read_only=True) if args.work_dir else None
     rows = []
     for path in args.model:
-        model = load_model(path)
-        tasks, picked = extract_tasks(model, target), []
-        for task in tasks:
+        model, target, tasks = load_tasks(path, target)
+        picked = []
+        for task in heaviest(tasks):
             if len(picked) >= args.tasks:
                 break
             cands, postprocs = task_analytic_candidates(task.mod, target)
@@ -174,10 +173,19 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     print_table(rows)
+    out = {
+        "peak_gflops": peak / 1e9,
+        "peak": "the roofline's (the FMA loop)",
+        "bandwidth_gbs": roof.bandwidth / 1e9,
+        "roofline": roof.as_dict(),
+        "unit": unit.as_dict(),
+        "min_repeat_ms": MIN_REPEAT_MS,
+        "rounds": args.rounds,
+        "rows": rows,
+    }
     if args.json:
-        with open(args.json, "w") as f:
-            out = {"peak_gflops": peak / 1e9, "bandwidth_gbs": roof.bandwidth / 1e9, "unit": unit.as_dict()}
-            json.dump(out | {"rows": rows}, f, indent=1)
+        write_json(args.json, out)
+    return out
 
 
 def print_table(rows) -> None:

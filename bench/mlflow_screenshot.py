@@ -3,7 +3,7 @@
 Starts ``mlflow server`` on loopback for a SQLite store, opens the UI's comparison of two runs in headless
 Chromium, and saves the page as a PNG:
 
-    python bench/mlflow_screenshot.py --store sqlite:///runs/x/mlflow.db [--runs RUN1 RUN2] \\
+    python -m bench.mlflow_screenshot --store sqlite:///runs/x/mlflow.db [--runs RUN1 RUN2] \\
         [--view metric|compare] [--metric estimated_latency_ms] [--out docs/mlflow_compare.png]
 
 Without ``--runs``, the two most recent runs of the store's most recent ``dynatune/...`` experiment are
@@ -15,7 +15,6 @@ compared. ``--view metric`` (default) is the UI's metric comparison: one chart w
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -26,6 +25,8 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+
+from bench.harness import ROOT, parser
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -129,13 +130,13 @@ def screenshot(url: str, out: str, size: str = "1600,1000") -> None:
         raise SystemExit(f"chromium failed ({p.returncode}): {p.stderr[-1500:]}")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> dict:
+    ap = parser(__doc__)
     ap.add_argument("--store", required=True, help="MLflow backend store, e.g. sqlite:///runs/x/mlflow.db")
     ap.add_argument("--runs", nargs=2, metavar="RUN_ID", help="the two runs (default: the two latest)")
     ap.add_argument("--view", choices=["metric", "compare"], default="metric")
     ap.add_argument("--metric", default="estimated_latency_ms")
-    ap.add_argument("--out", default=os.path.join("docs", "mlflow_compare.png"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "mlflow_compare.png"))
     ap.add_argument("--log-y", action="store_true", help="log-scale y axis (default linear)")
     ap.add_argument("--window-size", default="1600,1000")
     args = ap.parse_args(argv)
@@ -154,19 +155,11 @@ def main(argv=None) -> int:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, 9)
-    print(
-        json.dumps(
-            {
-                "out": args.out,
-                "bytes": os.path.getsize(args.out),
-                "runs": runs,
-                "experiment_id": exp_id,
-                "url": url,
-            }
-        )
-    )
-    return 0
+    out = {"out": args.out, "bytes": os.path.getsize(args.out), "runs": runs, "experiment_id": exp_id}
+    out["url"] = url
+    print(json.dumps(out))
+    return out
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

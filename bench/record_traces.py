@@ -9,28 +9,31 @@ traces are committed as data (``dynatune/bench/data/traces/<model>.json``) and r
 Run it again with the same arguments to go on where it stopped (after a kill too): the document is written
 after every task, and each seed's session lives in ``--work-root``/<model>/seed<N>.
 
-    python bench/record_traces.py ../shared/models/squeezenet1_1.onnx --seeds 0 1 2 --seconds-per-task 20
+    python -m bench.record_traces ../shared/models/squeezenet1_1.onnx --protocol fixed --seeds 0 1 2 \\
+        --seconds-per-task 20 [--trials-per-iter 8] [--config C] [--out-dir dynatune/bench/data/traces]
+
+The measurement protocol is stated (``--protocol``, one of :data:`bench.harness.PROTOCOLS`; the committed
+traces were measured with the fixed one), over whatever ``--config`` says of ``measure``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from dynatune.bench.traces import TRACE_DIR, record, traces_per_task  # noqa: E402
-from dynatune.errors import DynatuneError  # noqa: E402
-from dynatune.model.importer import parse_shape  # noqa: E402
-from dynatune.run.config import load_config  # noqa: E402
+from bench.harness import PROTOCOLS, parser, protocol_sets, stem
+from dynatune.bench.traces import TRACE_DIR, record, traces_per_task
+from dynatune.errors import DynatuneError
+from dynatune.model.importer import parse_shape
+from dynatune.run.config import load_config
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("models", nargs="+")
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--config", default=None, help="run config whose search/measure/compile settings to use")
+    ap.add_argument("--protocol", required=True, choices=sorted(PROTOCOLS), help="measurement protocol")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--seconds-per-task", type=float, default=20.0)
     ap.add_argument("--trials-per-iter", type=int, default=8)
@@ -43,11 +46,11 @@ def main(argv=None) -> int:
         for path in args.models:
             cfg = load_config(
                 args.config,
-                [f"search.trials_per_iter={args.trials_per_iter}"],
+                [f"search.trials_per_iter={args.trials_per_iter}", *protocol_sets(args.protocol)],
                 model=path,
                 shapes=dict(parse_shape(s) for s in args.shape) or None,
             )
-            name = os.path.splitext(os.path.basename(path))[0]
+            name = stem(path)
             doc = record(
                 cfg,
                 args.seeds,

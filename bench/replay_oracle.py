@@ -14,20 +14,16 @@ clairvoyant's advantage over gradient that DynaTune captures, per draw
 under 1 % of gradient's time are left out), as median and interquartile range, and the share of the median
 ratios ``(median r_dynatune - 1) / (median r_clairvoyant - 1)``.
 
-    python bench/replay_oracle.py [--draws 20] [--rtol 0 0.02]   # writes bench/results/replay_oracle.json
+    python -m bench.replay_oracle [--draws 20] [--rtol 0 0.02]   # writes bench/results/replay_oracle.json
 """
 
-import argparse
-import json
 import math
-import os
-import sys
 from bisect import bisect_right
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dynatune.bench.replay import running_bests, slot_end, ttq_ratio  # noqa: E402
-from dynatune.bench.replay_bench import run_replay_benchmark, spread  # noqa: E402
-from dynatune.schedulers.base import Scheduler  # noqa: E402
+from bench.harness import parser, results_path, write_json
+from dynatune.bench.replay import running_bests, slot_end, ttq_ratio
+from dynatune.bench.replay_bench import run_replay_benchmark, spread
+from dynatune.schedulers.base import Scheduler
 
 LOOK = 5
 BUDGETS = (0.25, 0.5, 1.0)
@@ -70,14 +66,11 @@ def captured_share(row: dict, rtol: str):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--models", nargs="*", help="trace files or recorded model names (default: all recorded)")
     ap.add_argument("--draws", type=int, default=20)
     ap.add_argument("--rtol", type=float, nargs="+", default=[0.0, 0.02])
-    ap.add_argument(
-        "--out",
-        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "replay_oracle.json"),
-    )
+    ap.add_argument("--out", default=results_path("replay_oracle.json"))
     args = ap.parse_args(argv)
     res = run_replay_benchmark(
         models=args.models or None,
@@ -112,18 +105,15 @@ def main(argv=None):
                 f"captured share {_fmt(shares[r][str(frac)]['captured_share'])}",
                 flush=True,
             )
-    with open(args.out, "w") as f:
-        json.dump(
-            {
-                "look": LOOK,
-                "draws": args.draws,
-                "traces_per_task": res["traces_per_task"],
-                "models": [m["model"] for m in res["models"]],
-                "shares": shares,
-            },
-            f,
-            indent=1,
-        )
+    out = {
+        "look": LOOK,
+        "draws": args.draws,
+        "traces_per_task": res["traces_per_task"],
+        "models": [m["model"] for m in res["models"]],
+        "shares": shares,
+    }
+    write_json(args.out, out)
+    return out
 
 
 def _fmt(s):

@@ -1,5 +1,5 @@
 """ONNX Runtime's time per operator for the tasks of a recorded trace document, on the trace machine's
-scale: what ``bench/belief_calibration.py --anchors`` gives the headroom beliefs.
+scale: what ``dynatune bench calibration`` gives the headroom beliefs (``headroom+anchors``).
 
 The traces were recorded on another machine (their ``roofline`` and ``target`` say which) with TVM on one
 thread. Here ONNX Runtime runs the model on one thread with its profiler (:func:`operator_anchors`), and
@@ -7,31 +7,37 @@ every task's untuned latency is measured here with TVM on one thread for the tra
 are scaled by the median ratio of the traces' untuned latencies to this machine's: one factor for the
 machine's speed, so a task's anchor keeps its place relative to its recorded curve.
 
-    python bench/trace_anchors.py squeezenet1_1 [--models ../shared/models]
+    python -m bench.trace_anchors squeezenet1_1 [--models ../shared/models]
     # writes dynatune/bench/data/anchors/<model>.json
+
+The untuned latencies are measured with the fixed protocol (:data:`bench.harness.PROTOCOLS`), as the
+committed traces were.
 """
 
-import argparse
 import os
 import statistics
 import sys
 import tempfile
 
-os.environ["TVM_NUM_THREADS"] = "1"  # the traces were recorded with TVM on one thread
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from dynatune.bench.traces import ANCHOR_DIR, load_traces, task_traces  # noqa: E402
-from dynatune.compiler.anchors import operator_anchors  # noqa: E402
-from dynatune.files import atomic_write_json  # noqa: E402
-from dynatune.machine.target import describe, machine_fingerprint  # noqa: E402
+from bench.harness import ROOT, parser, protocol_sets
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
+def main(argv=None) -> dict:
+    ap = parser(__doc__)
+    ap.add_argument("model", help="a recorded model's name, or a trace document's path")
     ap.add_argument(
-        "--models", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models")
+        "--models", default=os.path.join(ROOT, "..", "shared", "models"), help="its ONNX file's folder"
     )
-    args = ap.parse_args()
+    ap.add_argument("--out-dir", default=None, help="default: dynatune/bench/data/anchors")
+    ap.add_argument("--ort-seconds", type=float, default=3.0, help="ONNX Runtime's profiling time")
+    args = ap.parse_args(argv)
+    # the traces were recorded with TVM on one thread: so are the untuned latencies (the runner's workers,
+    # started below, inherit it)
+    os.environ["TVM_NUM_THREADS"] = "1"
+    from dynatune.bench.traces import ANCHOR_DIR, load_traces, task_traces
+    from dynatune.compiler.anchors import operator_anchors
+    from dynatune.files import atomic_write_json
+    from dynatune.machine.target import describe, machine_fingerprint
     from dynatune.run.config import load_config
     from dynatune.run.pipeline import extract, load_model
     from dynatune.search.session import TuningSession
@@ -45,6 +51,7 @@ def main() -> None:
             "library.enabled=false",
             f"target={{kind: llvm, mcpu: {doc['target'].split('/')[1]}}}",
             *_lowering(doc),
+            *protocol_sets("fixed"),
         ],
         model=os.path.abspath(os.path.join(args.models, doc["model"] + ".onnx")),
         work_dir=work,
@@ -67,7 +74,7 @@ def main() -> None:
         if here.get(t.index) and recorded:
             ratios.append(recorded / here[t.index])
     scale = statistics.median(ratios)
-    anchors = operator_anchors(model, tasks, threads=1, seconds=3.0)
+    anchors = operator_anchors(model, tasks, threads=1, seconds=args.ort_seconds)
     out = {
         "model": doc["model"],
         "machine": machine_fingerprint(target),
@@ -76,10 +83,12 @@ def main() -> None:
         "scale_spread": [min(ratios), max(ratios)],
         "anchor_s": {tasks[i].name: s * scale for i, s in anchors.items()},
     }
-    os.makedirs(ANCHOR_DIR, exist_ok=True)
-    path = os.path.join(ANCHOR_DIR, doc["model"] + ".json")
+    out_dir = args.out_dir or ANCHOR_DIR
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, doc["model"] + ".json")
     atomic_write_json(path, out)
     print(f"{doc['model']}: {len(anchors)} of {len(tasks)} tasks anchored, scale {scale:.2f} -> {path}")
+    return out
 
 
 def _lowering(doc) -> list[str]:

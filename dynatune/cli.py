@@ -8,8 +8,8 @@
     dynatune config schema                       (the config's JSON schema, for an editor)
     dynatune report RUN_ID [--tracking-uri URI] [--out DIR]
     dynatune compare RUN_ID... [--tracking-uri URI] [--out PNG]
-    dynatune bench replay [--json] | dynatune bench live ...
-    dynatune library show|export|import|prune ...   (see dynatune.library.cli)
+    dynatune bench replay [--json] | dynatune bench calibration [--json] [--out F] | dynatune bench live ...
+    dynatune library show|export|import|prune ...   (see dynatune.library.commands)
     dynatune serve [CONFIG...] [--cron "0 2 * * *"] [--watch NAME]... [--watch-config CONFIG]
                    [--tracking-uri URI] [--every MINUTES] [--dry-run]
 
@@ -342,11 +342,23 @@ def cmd_bench(args) -> int:
         else:
             print("\n".join(summary_lines(res)))
         return 0
+    if args.bench == "calibration":
+        from dynatune.bench.belief_calibration import calibrate_recorded, calibration_lines
+        from dynatune.files import atomic_write_json
+
+        res = calibrate_recorded(args.models or None)
+        if args.out:
+            atomic_write_json(args.out, res)
+        if args.json:
+            _print_json(res)
+        else:
+            print("\n".join(calibration_lines(res)))
+        return 0
     if args.bench == "live":
         from dynatune.bench.livebench import main as live_main
 
         return live_main(args.rest)
-    raise DynatuneError(f"unknown benchmark {args.bench!r}", "use replay or live")
+    raise DynatuneError(f"unknown benchmark {args.bench!r}", "use replay, calibration or live")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -434,8 +446,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--dry-run", action="store_true", help="print the deployments and exit")
     v.set_defaults(func=cmd_serve)
 
-    b = sub.add_parser("bench", help="benchmarks: replay (recorded traces) or live (real tuning)")
-    bench = b.add_subparsers(dest="bench", required=True, metavar="{replay,live}")
+    b = sub.add_parser(
+        "bench", help="benchmarks: replay and calibration (recorded traces) or live (real tuning)"
+    )
+    bench = b.add_subparsers(dest="bench", required=True, metavar="{replay,calibration,live}")
     br = bench.add_parser("replay", help="the schedulers replayed on recorded tuning traces")
     br.add_argument("--json", action="store_true", help="one JSON object on stdout")
     br.add_argument("--models", nargs="*", help="recorded models to replay (default: all)")
@@ -457,9 +471,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="budgets as fractions of the recorded time (default 0.25 0.5 1)",
     )
     br.set_defaults(func=cmd_bench)
+    bc = bench.add_parser("calibration", help="how well each belief model predicts a slot's gain (traces)")
+    bc.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    bc.add_argument("--models", nargs="*", help="recorded models to score (default: all)")
+    bc.add_argument("--out", help="also write the scores here (JSON)")
+    bc.set_defaults(func=cmd_bench)
     bench.add_parser("live", help="the schedulers tuning live, same budget (`dynatune bench live --help`)")
 
-    from dynatune.library.cli import add_parser as add_library_parser
+    from dynatune.library.commands import add_parser as add_library_parser
 
     add_library_parser(sub)
     return p

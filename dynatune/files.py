@@ -80,7 +80,7 @@ class WorkDir:
 
     @property
     def model_dir(self) -> str:
-        """``model/``: a registered model version downloaded for tuning (flows/registry.py)."""
+        """``model/``: a registered model version downloaded for tuning (flows/watch_registry.py)."""
         return self._at("model")
 
     @property

@@ -6,7 +6,7 @@
   (see :func:`dynatune.flows.tune_model.retune_config`). The config file is read when the run starts, so edits
   apply from the next night on.
 - ``watch-registry``: the ``watch_registry`` flow every N minutes for the watched registered models
-  (see :mod:`dynatune.flows.registry`).
+  (see :mod:`dynatune.flows.watch_registry`).
 
 :func:`serve_deployments` registers them with the Prefect API (``PREFECT_API_URL``, or a local
 ephemeral server) and runs their flow runs as subprocesses of this process, at most ``limit`` at a
@@ -91,7 +91,7 @@ def build_deployments(
     if watch:
         from prefect.schedules import Interval
 
-        from dynatune.flows.registry import watch_registry
+        from dynatune.flows.watch_registry import watch_registry
 
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:

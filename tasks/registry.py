@@ -1,4 +1,4 @@
-"""MLflow Model Registry glue for the registry watcher (:mod:`dynatune.flows.registry`).
+"""MLflow Model Registry glue for the registry watcher (:mod:`dynatune.flows.watch_registry`).
 
 A version of a watched registered model (an ONNX model) is *pending* until a tuning run has been linked
 to it. Linking registers the run's tuned model (its MLflow pyfunc model,

@@ -19,7 +19,7 @@ os.environ["PYTHONPATH"] = ROOT + (
 # Prefect's local API server can take longer than its default 20 s to start on a loaded 2-core machine
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
-from helpers import make_tiny_onnx, prepare_prefect_home_template  # noqa: E402
+from helpers import make_tiny_onnx, make_winograd_cnn, prefect_home, prepare_prefect_home_template  # noqa: E402
 
 # The schedule library (on by default) is never the user's (~/.cache/dynatune): a session-wide one for
 # session fixtures, one per module for module fixtures (a registry fixture's v2 run starts from its v1 run,
@@ -57,8 +57,77 @@ def cpu_target():
 
 @pytest.fixture
 def tiny_onnx(tmp_path):
-    """A small conv net written with onnx.helper (conv-relu-conv-add-globalpool-gemm)."""
+    """A small conv net written with onnx.helper (conv-relu-conv-add-globalpool-gemm), a dynamic batch."""
     return make_tiny_onnx(str(tmp_path / "tiny.onnx"))
+
+
+# The shared tiny models: made once per test session, read (never changed) by every test that takes them.
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """The tiny conv net (:func:`helpers.make_tiny_onnx`: batch 1, 8 channels) imported."""
+    from dynatune.model.importer import load_model
+
+    return load_model(make_tiny_onnx(str(tmp_path_factory.mktemp("tiny-model") / "tiny.onnx"), batch=1))
+
+
+@pytest.fixture(scope="session")
+def tiny_tasks(tiny_model, cpu_target):
+    """:func:`tiny_model`'s tasks for this machine's CPU, as a run extracts them."""
+    from dynatune.model.extract import extract_tasks
+
+    return extract_tasks(tiny_model, cpu_target)
+
+
+@pytest.fixture(scope="session")
+def winograd_cnn(tmp_path_factory):
+    """3x3 convolutions, some eligible for Winograd, imported (:func:`helpers.make_winograd_cnn`)."""
+    import numpy as np
+
+    from dynatune.model.importer import load_model
+
+    return load_model(make_winograd_cnn(tmp_path_factory.mktemp("winograd"), np.random.default_rng(0)))
+
+
+TINY_RUN_CONFIG = """
+model: {{path: {model}, shapes: {{x: [1, 3, 16, 16]}}}}  # a dynamic batch, bound by the config
+budget_s: 6
+slot_s: 3
+work_dir: {work}
+search: {{trials_per_iter: 4, population_size: 32}}
+measure: {{repeat: 3, min_repeat_ms: 5}}
+# the final timing at once (waiting for a quiet machine is tests/machine/test_load.py's part); the untuned
+# model's timing and the profile are tests/compiler/test_vs_onnxruntime.py's
+compile: {{timing_attempts: 1, measure_untuned: false, profile: false}}
+tracking: {{run_name: e2e, tags: {{purpose: test}}}}
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A finished ``dynatune tune`` of the tiny conv net (16 channels), as a user runs it (Prefect flow,
+    MLflow on SQLite, real tuning, :func:`bench.harness.tune_cli`): ``{"dir", "config", "model", "work",
+    "summary" (the ``--json`` line), "stderr", "static_model"}`` (``static_model``: the same model with its
+    batch fixed at 1, as tuned). Tests read it; ``tests/run/test_pipeline.py`` resumes it with a larger
+    budget (a finished run still)."""
+    from bench.harness import tune_cli
+
+    d = tmp_path_factory.mktemp("tiny-run")
+    model = make_tiny_onnx(str(d / "tiny.onnx"), batch="N", channels=16)
+    cfg, work = d / "cfg.yaml", d / "work"
+    cfg.write_text(TINY_RUN_CONFIG.format(model=model, work=work))
+    env = dict(os.environ, PREFECT_HOME=prefect_home(d / ".prefect"))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("PREFECT_API_URL", None)
+    run = tune_cli(model, 6, str(work), str(cfg), env=env, cwd=str(d), timeout=900)
+    return {
+        "dir": d,
+        "config": cfg,
+        "model": model,
+        "work": str(work),
+        "summary": run.summary.to_dict(),
+        "stderr": run.stderr,
+        "static_model": make_tiny_onnx(str(d / "tiny-static.onnx"), batch=1, channels=16),
+    }
 
 
 @pytest.fixture(scope="session")

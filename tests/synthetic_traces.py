@@ -119,3 +119,21 @@ def staircase_traces(
             }
         )
     return {"model": f"staircase{seed}", "seconds_per_task": slots * step_s, "tasks": tasks}
+
+
+def multi_seed(doc_seeds, model="syn"):
+    """One document with a trace per seed for each task (the recorder's format 2)."""
+    docs = [synthetic_traces(n_tasks=10, n_heavy=2, seed=s, model=model) for s in doc_seeds]
+    tasks = []
+    for k, row in enumerate(docs[0]["tasks"]):
+        meta = {x: row[x] for x in ("index", "name", "key", "weight", "flops")}
+        tasks.append(
+            {
+                **meta,
+                "traces": [
+                    {"seed": s, "default_s": d["tasks"][k]["default_s"], "trace": d["tasks"][k]["trace"]}
+                    for s, d in zip(doc_seeds, docs)
+                ],
+            }
+        )
+    return {"model": model, "format": 2, "seeds": list(doc_seeds), "tasks": tasks}

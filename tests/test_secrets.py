@@ -255,7 +255,7 @@ def test_a_password_in_every_url_setting_and_in_tags_is_recorded_nowhere(
     saved = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     try:
         register_model(uri, "secret-net", model, str(mlflow_server["dir"] / "artifacts"))
-        from dynatune.flows.registry import watch_registry
+        from dynatune.flows.watch_registry import watch_registry
 
         done = watch_registry(
             ["secret-net"], str(cfg), "env:MLFLOW_TRACKING_URI", work_root=str(tmp_path / "reg")

@@ -12,6 +12,10 @@ task's first (the first slot's gain is 10-60x and any model ranks it first):
   out of the realised gain: what the belief should predict is its expectation);
 - ``coverage``: share of realised gains inside ``mean +- 2 std``;
 - ``zero_gain_share``: share of slots that gained nothing (the staircase).
+
+``dynatune bench calibration`` (:func:`calibrate_recorded`) scores every belief model on every recorded
+model's traces, all of its seeds, and the headroom model a second time with ONNX Runtime's per-operator
+times as reachable floors where the model has them (``headroom+anchors``, from ``bench.trace_anchors``).
 """
 
 from __future__ import annotations
@@ -98,3 +102,44 @@ def calibration_scores(rows: np.ndarray) -> dict:
 
 def _finite(x) -> float | None:
     return float(x) if np.isfinite(x) else None
+
+
+def calibrate_recorded(models=None) -> dict:
+    """Per recorded model (all of them by default): its seeds, its roofline, and each belief model's
+    scores (:func:`calibration_scores`) over all its seeds' traces."""
+    from dynatune.beliefs import BELIEFS, make_beliefs
+    from dynatune.bench.traces import available_traces, load_traces, recorded_seeds, with_anchors
+    from dynatune.errors import DynatuneError
+
+    out = {}
+    for m in models or available_traces():
+        doc = load_traces(m)
+        seeds = recorded_seeds(doc)
+        out[m] = {"seeds": seeds, "roofline": doc.get("roofline")}
+        try:
+            anchored = with_anchors(doc)
+        except DynatuneError:
+            anchored = None
+        variants = [(name, doc, name) for name in BELIEFS]
+        variants += [("headroom+anchors", anchored, "headroom")] if anchored else []
+        for label, trace_doc, name in variants:
+            out[m][label] = calibration_scores(
+                seed_rows(trace_doc, lambda name=name: make_beliefs(name), seeds)
+            )
+    return out
+
+
+def calibration_lines(out: dict) -> list[str]:
+    """One line per (model, belief model) of :func:`calibrate_recorded`'s scores."""
+
+    def f(x) -> str:
+        return "  n/a" if x is None else f"{x:5.2f}"
+
+    return [
+        f"{m:18s} {label:16s} slots {s['slots']:4d}  spearman {f(s['spearman'])}  "
+        f"seed-mean {f(s['spearman_seed_mean'])}  weighted latency {f(s['spearman_weighted_latency'])}  "
+        f"coverage {f(s['coverage'])}  zero-gain {f(s['zero_gain_share'])}"
+        for m, scores in out.items()
+        for label, s in scores.items()
+        if label not in ("seeds", "roofline")
+    ]

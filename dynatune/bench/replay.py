@@ -1,6 +1,6 @@
 """Deterministic replay of recorded tuning traces: compare schedulers without tuning anything.
 
-A trace file (``dynatune/bench/data/traces/<model>.json``, written by ``bench/record_traces.py``) holds,
+A trace file (``dynatune/bench/data/traces/<model>.json``, written by ``bench.record_traces``) holds,
 per task, ``trace = [[seconds, trials, best_s], ...]`` with ``trace[0] = [0, 0, default_s]``: the best
 latency after that many seconds of tuning that task alone (one point per batch of trials). A replay gives the
 scheduler a budget ``B`` and a slot length ``S``; each round the chosen task runs as a live slot does: whole

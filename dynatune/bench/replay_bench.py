@@ -122,7 +122,7 @@ def run_replay_benchmark(
     if models is None:
         models = available_traces()
         if not models:
-            raise DynatuneError("no recorded traces", "record some with bench/record_traces.py")
+            raise DynatuneError("no recorded traces", "record some with python -m bench.record_traces")
     if draws < 1 or not rtols or min(rtols) < 0:
         raise DynatuneError(
             "the replay needs at least one draw and rtol >= 0", "e.g. --draws 20 --rtol 0 0.02"

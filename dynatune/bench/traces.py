@@ -28,7 +28,7 @@ from dynatune.files import atomic_write_json
 from dynatune.machine.target import describe
 
 TRACE_DIR = os.path.join(os.path.dirname(__file__), "data", "traces")
-ANCHOR_DIR = os.path.join(os.path.dirname(__file__), "data", "anchors")  # bench/trace_anchors.py writes them
+ANCHOR_DIR = os.path.join(os.path.dirname(__file__), "data", "anchors")  # bench.trace_anchors writes them
 # what must match for a document to be continued rather than replaced
 SETTINGS = ("sha256", "target", "seconds_per_task", "trials_per_iter", "lowering", "search")
 
@@ -46,7 +46,9 @@ def load_traces(path_or_name: str) -> dict:
     with open(path) as f:
         doc = json.load(f)
     if not doc.get("tasks"):
-        raise DynatuneError(f"trace file {path} has no tasks", "re-record it with bench/record_traces.py")
+        raise DynatuneError(
+            f"trace file {path} has no tasks", "re-record it with python -m bench.record_traces"
+        )
     return doc
 
 
@@ -56,7 +58,7 @@ def with_anchors(doc: dict) -> dict:
     path = os.path.join(ANCHOR_DIR, doc["model"] + ".json")
     if not os.path.exists(path):
         raise DynatuneError(
-            f"no anchors for {doc['model']}", f"run: python bench/trace_anchors.py {doc['model']}"
+            f"no anchors for {doc['model']}", f"run: python -m bench.trace_anchors {doc['model']}"
         )
     with open(path) as f:
         anchors = json.load(f)["anchor_s"]

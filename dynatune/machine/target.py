@@ -53,7 +53,7 @@ def set_tvm_thread_pool() -> None:
     # what dynatune chose, not the user: the runtime's loader sets a model's own thread pool over these
     os.environ[DEFAULTED_VARS_MARK] = ",".join(sorted(defaulted))
     # OpenMP (XGBoost's cost models) waits passively: its spinning threads made each boosting round 1.7x
-    # slower with one core busy, and 12-27x slower beside a tuning's workers (bench/xgb_threads.py)
+    # slower with one core busy, and 12-27x slower beside a tuning's workers (BENCHMARKS.md, session 14)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

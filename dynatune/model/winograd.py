@@ -3,8 +3,8 @@
 
 A direct 3x3 convolution does 9 multiply-adds per input channel and output pixel; F(4x4, 3x3) computes
 each 4x4 output tile from a 6x6 input tile with 36, 2.25x fewer (less the transforms, and the waste of a
-map that is not a multiple of 4). ``bench/winograd.py`` measured it at 0.63-0.96x the analytic direct
-kernel's time on SqueezeNet's four 3x3 shapes, with 3-7x the direct kernel's error (about 3e-6 relative).
+map that is not a multiple of 4). Measured at 0.63-0.96x the analytic direct kernel's time on SqueezeNet's
+four 3x3 shapes, with 3-7x the direct kernel's error (about 3e-6 relative; BENCHMARKS.md, session 14).
 
 With ``compile.winograd`` the lowering legalizes every eligible ``conv2d`` (:func:`eligible`: NHWC data,
 OHWI weight, 3x3, stride 1, no dilation, one group, batch 1, float32, at least :data:`MIN_CHANNELS` in and

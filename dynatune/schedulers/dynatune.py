@@ -23,7 +23,7 @@ apart, and ``fallback`` picks: ``"share"`` (default) the largest weighted latenc
 ``best/n`` term of MetaSchedule's gradient rule) -- or ``"uncertain"`` the largest optimistic gain
 ``m_i + c * s_i``, the most uncertain curve. Real tuning curves are staircases (most slots gain nothing,
 then a jump), so on the recorded traces ``"uncertain"`` kept probing small tasks that never improved
-(``bench/replay_sweep.py``, BENCHMARKS.md). A task with no valid latency
+(a sweep on the replay traces, BENCHMARKS.md, session 2). A task with no valid latency
 at all (not even its default) cannot be valued: it is warmed up last and otherwise scores 0.
 
 Bounds: a task the beliefs put at a bound it cannot pass (:meth:`~dynatune.beliefs.Beliefs.limit`: its roof,

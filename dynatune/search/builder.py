@@ -169,7 +169,7 @@ class PersistentBuilder(PyBuilder):
         ``batched=False`` builds every candidate alone (what an RPC runner uploads). A share gets
         ``timeout_sec`` at most, as one candidate does (:class:`BuildTimeLimit`). ``shares_per_worker``: how
         finely a batch is cut (two: a worker with one share idled while the other finished a heavier one;
-        ``bench/build_shares.py``)."""
+        BENCHMARKS.md, session 16)."""
         super().__init__()
         self.build_fn = build_fn
         if batch_fn is None and build_fn is build_and_export:

@@ -53,7 +53,7 @@ class SearchConfig(Section):
 
     trials_per_iter: int = Field(16, ge=1)
     # a lean search: on 2 cores a population of 128 evolved twice took 60 % of the tuning time, and 64 evolved
-    # once reached 1.4x lower latencies in the same seconds (bench/search_cost.py, BENCHMARKS.md)
+    # once reached 1.4x lower latencies in the same seconds (BENCHMARKS.md, session 8)
     population_size: int = Field(64, ge=8)
     init_measured_ratio: float = Field(0.2, ge=0, le=1)
     init_min_unmeasured: int = Field(16, ge=0)

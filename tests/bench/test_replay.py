@@ -4,7 +4,7 @@ import json
 import math
 
 import pytest
-from synthetic_traces import synthetic_traces
+from synthetic_traces import multi_seed, synthetic_traces
 
 from dynatune.bench.replay import default_slot, objective_at, replay, time_to_quality, total_trace_seconds
 from dynatune.bench.replay_bench import run_replay_benchmark, spread, summary_lines
@@ -123,24 +123,6 @@ def test_dynatune_reaches_gradient_quality_no_later_than_round_robin(seed):
     assert math.isfinite(ttq["dynatune"])
 
 
-def multi_seed(doc_seeds, model="syn"):
-    """One document with a trace per seed for each task (the recorder's format 2)."""
-    docs = [synthetic_traces(n_tasks=10, n_heavy=2, seed=s, model=model) for s in doc_seeds]
-    tasks = []
-    for k, row in enumerate(docs[0]["tasks"]):
-        meta = {x: row[x] for x in ("index", "name", "key", "weight", "flops")}
-        tasks.append(
-            {
-                **meta,
-                "traces": [
-                    {"seed": s, "default_s": d["tasks"][k]["default_s"], "trace": d["tasks"][k]["trace"]}
-                    for s, d in zip(doc_seeds, docs)
-                ],
-            }
-        )
-    return {"model": model, "format": 2, "seeds": list(doc_seeds), "tasks": tasks}
-
-
 def test_draws_pick_one_trace_per_task_and_differ_between_replay_seeds():
     import random
 
@@ -225,27 +207,6 @@ def test_cli_replay_json_reports_traces_per_task_and_takes_rtol(tmp_path, capsys
     assert text.startswith("traces_per_task 3, draws 2") and "rtol 0.02 budget 0.5" in text
     assert main(["bench", "replay", "--models", str(path), "--draws", "0"]) == 2
     assert capsys.readouterr().err.startswith("error: the replay needs at least one draw")
-
-
-def test_oracle_bench_reports_the_share_of_the_clairvoyants_advantage_on_the_same_draws(tmp_path):
-    import os
-    import runpy
-
-    from helpers import ROOT
-
-    oracle = runpy.run_path(os.path.join(ROOT, "bench", "replay_oracle.py"), run_name="oracle")
-    path, out = tmp_path / "syn.json", tmp_path / "oracle.json"
-    path.write_text(json.dumps(multi_seed([0, 1, 2])))
-    oracle["main"](["--models", str(path), "--draws", "4", "--rtol", "0.02", "--out", str(out)])
-    res = json.loads(out.read_text())
-    assert res["traces_per_task"] == 3 and res["draws"] == 4
-    cell = res["shares"]["0.02"]["1.0"]
-    assert cell["vs_gradient"]["clairvoyant"]["n"] == 4
-    assert cell["vs_gradient"]["clairvoyant"]["median"] >= 1.0  # foresight is no slower than gradient here
-    row = {"ttq_s": {"0.02": {"gradient": 100.0, "dynatune": 70.0, "clairvoyant": 40.0}}}
-    assert oracle["captured_share"](row, "0.02") == 0.5
-    row["ttq_s"]["0.02"]["clairvoyant"] = 99.5  # the clairvoyant saves < 1 %: no share
-    assert oracle["captured_share"](row, "0.02") is None
 
 
 def test_a_replay_stops_where_the_stopping_rule_says_as_a_live_run_would():

@@ -15,20 +15,9 @@ from dynatune.compiler.profile import make_vm, write_profile
 from dynatune.compiler.timing import alternate, time_side_by_side
 from dynatune.errors import DynatuneError
 from dynatune.machine.roofline import Roofline
-from dynatune.model.extract import extract_tasks
-from dynatune.model.importer import load_model
 from dynatune.search.session import TuningSession
 
 NO_WAIT = no_wait_policy()
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory, cpu_target):
-    from helpers import make_tiny_onnx
-
-    d = tmp_path_factory.mktemp("tiny")
-    model = load_model(make_tiny_onnx(str(d / "tiny.onnx"), batch=1))
-    return model, extract_tasks(model, cpu_target), d
 
 
 def test_alternate_swaps_the_order_every_round():
@@ -39,10 +28,10 @@ def test_alternate_swaps_the_order_every_round():
 
 
 @pytest.mark.slow  # 5-7 s: the fast tier stays under 3 minutes on a Zen 4 core
-def test_side_by_side_with_onnxruntime(tiny, cpu_target):
+def test_side_by_side_with_onnxruntime(tiny_model, cpu_target, tmp_path):
     import tvm
 
-    model, _, d = tiny
+    model, d = tiny_model, tmp_path
     dev = tvm.cpu()
     vm = relax_vm(build(model, cpu_target, None), dev)
     inputs = model.random_inputs(0)
@@ -70,8 +59,8 @@ def test_side_by_side_with_onnxruntime(tiny, cpu_target):
     assert rep.latency_ms > 0 and rep.onnxruntime_latency_ms > 0
 
 
-def test_fresh_process_timing_and_a_bad_artifact_is_a_one_line_error(tiny, cpu_target, tmp_path):
-    model, _, _ = tiny
+def test_fresh_process_timing_and_a_bad_artifact_is_a_one_line_error(tiny_model, cpu_target, tmp_path):
+    model = tiny_model
     path = export(build(model, cpu_target, None), str(tmp_path / "model.so"))
     sbs = time_in_fresh_process(path, model, threads=1, rounds=2, block_ms=20, quiet=NO_WAIT)
     assert len(sbs.tvm_ms) == len(sbs.ort_ms) == 2 and all(x > 0 for x in sbs.tvm_ms + sbs.ort_ms)
@@ -81,8 +70,8 @@ def test_fresh_process_timing_and_a_bad_artifact_is_a_one_line_error(tiny, cpu_t
 
 
 @pytest.mark.slow  # 5-7 s: the fast tier stays under 3 minutes on a Zen 4 core
-def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_path):
-    model, tasks, _ = tiny
+def test_profile_accounts_for_every_task_and_all_the_time(tiny_model, tiny_tasks, cpu_target, tmp_path):
+    model, tasks = tiny_model, tiny_tasks
     path = export(build(model, cpu_target, None), str(tmp_path / "model.so"))
     session = TuningSession(tasks, cpu_target, str(tmp_path / "work"))
     try:
@@ -138,17 +127,17 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny, cpu_target, tmp_
     assert "alone / ONNX Runtime op" in md and "% of peak alone" in md and "% of roof alone" in md
 
 
-def test_profile_vm_from_executable_in_memory(tiny, cpu_target):
+def test_profile_vm_from_executable_in_memory(tiny_model, cpu_target):
     import tvm
 
-    model, _, _ = tiny
+    model = tiny_model
     vm = make_vm(build(model, cpu_target, None), tvm.cpu())
     x = tvm.runtime.tensor(model.random_inputs(0)[model.inputs[0].name], tvm.cpu())
     assert vm["main"](x).numpy().shape == (1, 10)
 
 
 def test_run_anchors_time_onnx_runtimes_op_for_each_conv_and_matmul_once_per_work_dir(
-    tiny, tmp_path, monkeypatch
+    tiny_model, tiny_tasks, tmp_path, monkeypatch
 ):
     """What the headroom beliefs take as reachable floors: ONNX Runtime's kernel for each task with a weight,
     read back (not measured again) when the run resumes; a model ONNX Runtime cannot run has none. No
@@ -160,7 +149,7 @@ def test_run_anchors_time_onnx_runtimes_op_for_each_conv_and_matmul_once_per_wor
 
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    model, tasks, _ = tiny
+    model, tasks = tiny_model, tiny_tasks
     anchors = run_anchors(model, tasks, str(tmp_path), threads=1)
     weighted = {t.index for t in tasks if "conv" in t.name or "matmul" in t.name}
     assert set(anchors) == weighted and all(0 < s < 0.1 for s in anchors.values())

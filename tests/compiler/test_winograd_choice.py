@@ -15,50 +15,44 @@ from dynatune.compiler.compile import build, verify
 from dynatune.compiler.execution import relax_vm
 from dynatune.compiler.winograd_choice import choose_winograd, paired_calls
 from dynatune.model.extract import Lowering, extract_tasks, fuse
-from dynatune.model.importer import load_model
 from dynatune.model.winograd import task_signature
 
 ON = Lowering(winograd=True)
 A, C = "48x48x16->48x48x32", "24x24x32->24x24x16"  # the model's two eligible convolutions
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return load_model(make_winograd_cnn(tmp_path_factory.mktemp("choice"), np.random.default_rng(0)))
-
-
 def _winograd_tasks(tasks) -> dict:
     return {task_signature(t.mod["main"]): t for t in tasks if task_signature(t.mod["main"]) is not None}
 
 
-def test_each_winograd_task_names_its_convolution_and_no_other_task_does(model, cpu_target):
-    tasks = extract_tasks(model, cpu_target, ON)
+def test_each_winograd_task_names_its_convolution_and_no_other_task_does(winograd_cnn, cpu_target):
+    tasks = extract_tasks(winograd_cnn, cpu_target, ON)
     assert set(_winograd_tasks(tasks)) == {A, C}
     assert all("winograd" in t.name for t in _winograd_tasks(tasks).values())
-    assert not _winograd_tasks(extract_tasks(model, cpu_target))
+    assert not _winograd_tasks(extract_tasks(winograd_cnn, cpu_target))
 
 
-def test_a_convolution_kept_direct_is_its_direct_task_and_the_model_still_matches(model, cpu_target):
+def test_a_convolution_kept_direct_is_its_direct_task_and_the_model_still_matches(winograd_cnn, cpu_target):
     import tvm
 
     mixed = Lowering(winograd=True, winograd_direct=(A,))
-    tasks, direct = extract_tasks(model, cpu_target, mixed), extract_tasks(model, cpu_target)
+    tasks, direct = extract_tasks(winograd_cnn, cpu_target, mixed), extract_tasks(winograd_cnn, cpu_target)
     assert set(_winograd_tasks(tasks)) == {C}
     # the convolution kept direct is the very function (same key) the model lowered without Winograd has
     assert len({t.key for t in tasks} - {t.key for t in direct}) == 1  # only C's Winograd task is new
     assert mixed.describe(cpu_target) != ON.describe(cpu_target)
     dev = tvm.cpu()
-    check = verify(relax_vm(build(model, cpu_target, None, mixed), dev), model, dev, threads=2)
+    check = verify(relax_vm(build(winograd_cnn, cpu_target, None, mixed), dev), winograd_cnn, dev, threads=2)
     assert check.ok and check.max_rel_err < 1e-5, check
 
 
 @pytest.mark.slow  # 5-7 s: the fast tier stays under 3 minutes on a Zen 4 core
-def test_winograd_tasks_pair_with_their_direct_twins_by_position(model, cpu_target):
+def test_winograd_tasks_pair_with_their_direct_twins_by_position(winograd_cnn, cpu_target):
     all_direct = Lowering(winograd=True, winograd_direct=(A, C))
-    bound = model.bound_module()
+    bound = winograd_cnn.bound_module()
     pairs = paired_calls(fuse(bound, cpu_target, ON), fuse(bound, cpu_target, all_direct))
-    winograd = {t.name: t for t in extract_tasks(model, cpu_target, ON)}
-    direct = {t.name: t for t in extract_tasks(model, cpu_target, all_direct)}
+    winograd = {t.name: t for t in extract_tasks(winograd_cnn, cpu_target, ON)}
+    direct = {t.name: t for t in extract_tasks(winograd_cnn, cpu_target, all_direct)}
     twins = {w: d for w, d in pairs.items() if "winograd" in w}
     assert len(twins) == 2
     for w, d in twins.items():
@@ -73,19 +67,19 @@ def _shape(param) -> list[int]:
 
 
 @pytest.mark.slow
-def test_the_compile_keeps_winograd_only_where_it_won(model, cpu_target, tmp_path):
+def test_the_compile_keeps_winograd_only_where_it_won(winograd_cnn, cpu_target, tmp_path):
     """Both Winograd tasks tuned for a few real trials, then timed against their direct twins and forced to
     keep Winograd for one convolution only (the default follows the times: the whole run's test below): the
     compiled model matches ONNX Runtime and the other convolution's kernel is the measured direct one."""
     import tvm
 
-    tasks = extract_tasks(model, cpu_target, ON)
+    tasks = extract_tasks(winograd_cnn, cpu_target, ON)
     session = few_trials_session(tasks, cpu_target, str(tmp_path / "work"))
     try:
         for t in _winograd_tasks(tasks).values():
             session.tune(t.index, trials=4)
         forced = choose_winograd(
-            model, session, ON, session.compile_database(), keep=lambda duels: duels[0].signature == C
+            winograd_cnn, session, ON, session.compile_database(), keep=lambda duels: duels[0].signature == C
         )
     finally:
         session.close()
@@ -99,26 +93,26 @@ def test_the_compile_keeps_winograd_only_where_it_won(model, cpu_target, tmp_pat
     assert forced.database.has_workload(
         direct_a.mod
     )  # its measured analytic kernel, which the compile applies
-    assert direct_a.name in _scheduled_functions(model, cpu_target, forced)
+    assert direct_a.name in _scheduled_functions(winograd_cnn, cpu_target, forced)
     assert math.isfinite(forced.best_s[direct_a.key])
     report = json.load(open(forced.write(str(tmp_path / "report"))))
     assert report["winograd_direct"] == [A] and len(report["duels"]) == 2
     dev = tvm.cpu()
     with cpu_target:
-        executable = build(model, cpu_target, forced.database, forced.lowering)
-    check = verify(relax_vm(executable, dev), model, dev, threads=2)
+        executable = build(winograd_cnn, cpu_target, forced.database, forced.lowering)
+    check = verify(relax_vm(executable, dev), winograd_cnn, dev, threads=2)
     assert check.ok and check.max_rel_err < 1e-5, check
     assert os.path.exists(tmp_path / "report" / "winograd.json")
 
 
-def _scheduled_functions(model, target, choice) -> set[str]:
+def _scheduled_functions(winograd_cnn, target, choice) -> set[str]:
     """The fused functions of the model lowered as ``choice`` says that its database gives a schedule."""
     import tvm
     from tvm.relax.transform import MetaScheduleApplyDatabase
 
     with target, choice.database, tvm.transform.PassContext(opt_level=3):
         mod = MetaScheduleApplyDatabase(enable_warning=False)(
-            fuse(model.bound_module(), target, choice.lowering)
+            fuse(winograd_cnn.bound_module(), target, choice.lowering)
         )
     return {
         gv.name_hint

@@ -391,7 +391,7 @@ def test_two_runs_share_a_library_on_postgresql_and_its_password_is_never_record
 
 
 def test_nightly_retunes_and_registry_runs_use_the_library_by_default(tmp_path):
-    from dynatune.flows.registry import version_config
+    from dynatune.flows.watch_registry import version_config
     from dynatune.run.config import load_config, validate_dict
     from dynatune.run.pipeline import retune_config
 

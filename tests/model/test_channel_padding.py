@@ -63,7 +63,7 @@ def classifier(path, rng) -> str:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def classifier_model(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("padding") / "classifier.onnx")
     return load_model(classifier(path, np.random.default_rng(0)))
 
@@ -99,12 +99,17 @@ AVX512, AVX2 = VectorUnit("avx512", 16, 32), VectorUnit("avx2", 8, 16)
         ("haswell", 8, [(8, 8), (24, 20), (24, 20), (24, 24)]),
     ],
 )
-def test_convolutions_are_padded_for_the_targets_vectors_where_it_pays(model, mcpu, lanes, padded):
+def test_convolutions_are_padded_for_the_targets_vectors_where_it_pays(classifier_model, mcpu, lanes, padded):
     target = x86(mcpu)
     assert Lowering().pads_channels(target).lanes == lanes
     assert f"pad_channels={lanes}x" in Lowering().describe(target)
-    assert conv_channels(extract_tasks(model, target)) == padded
-    assert conv_channels(extract_tasks(model, target, OFF)) == [(8, 8), (20, 20), (20, 20), (20, 20)]
+    assert conv_channels(extract_tasks(classifier_model, target)) == padded
+    assert conv_channels(extract_tasks(classifier_model, target, OFF)) == [
+        (8, 8),
+        (20, 20),
+        (20, 20),
+        (20, 20),
+    ]
     assert OFF.pads_channels(target) is None
 
 
@@ -132,26 +137,26 @@ def test_gpu_and_nchw_targets_pad_nothing():
     assert Lowering(conv_layout="NCHW").pads_channels(x86("skylake-avx512")) is None
 
 
-def test_padded_model_matches_the_unpadded_one_and_onnxruntime(model, cpu_target):
+def test_padded_model_matches_the_unpadded_one_and_onnxruntime(classifier_model, cpu_target):
     import tvm
 
     dev = tvm.cpu()
-    padded = relax_vm(build(model, cpu_target, None), dev)
-    plain = relax_vm(build(model, cpu_target, None, OFF), dev)
-    check = verify(padded, model, dev, threads=2)
+    padded = relax_vm(build(classifier_model, cpu_target, None), dev)
+    plain = relax_vm(build(classifier_model, cpu_target, None, OFF), dev)
+    check = verify(padded, classifier_model, dev, threads=2)
     assert check.ok and check.max_rel_err < 1e-5, check
-    x = tvm.runtime.tensor(model.random_inputs(seed=1)["x"], dev)
+    x = tvm.runtime.tensor(classifier_model.random_inputs(seed=1)["x"], dev)
     outputs = list(zip(padded["main"](x), plain["main"](x)))
     assert len(outputs) == 3
     for got, want in outputs:
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
 
 
-def test_the_padded_convolution_keeps_its_onnx_runtime_anchor(model, cpu_target, tmp_path):
+def test_the_padded_convolution_keeps_its_onnx_runtime_anchor(classifier_model, cpu_target, tmp_path):
     from dynatune.compiler.anchors import run_anchors
 
-    tasks = extract_tasks(model, cpu_target)
-    anchors = run_anchors(model, tasks, str(tmp_path), threads=1)
+    tasks = extract_tasks(classifier_model, cpu_target)
+    anchors = run_anchors(classifier_model, tasks, str(tmp_path), threads=1)
     assert {t.index for t in tasks if "conv2d" in t.name} <= set(anchors)
 
 

@@ -42,7 +42,7 @@ def first_layers(path, rng, strides=(2, 2), pads=(1, 1, 1, 1), dilations=(1, 1),
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def first_layers_model(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("input") / "first_layers.onnx")
     return load_model(first_layers(path, np.random.default_rng(0)))
 
@@ -60,19 +60,21 @@ def _kernels(fused) -> list[tuple[str, bool]]:
     ]
 
 
-def test_the_first_convolution_reads_the_input_and_no_transpose_runs_before_it(model, cpu_target):
-    kernels = _kernels(fuse(model.bound_module(), cpu_target))
+def test_the_first_convolution_reads_the_input_and_no_transpose_runs_before_it(
+    first_layers_model, cpu_target
+):
+    kernels = _kernels(fuse(first_layers_model.bound_module(), cpu_target))
     # the two convolutions, then the output's transpose back to NCHW
     assert [reads for _, reads in kernels] == [True, False, False], kernels
     assert "conv2d" in kernels[0][0] and "conv2d" in kernels[1][0] and "transpose" in kernels[2][0], kernels
-    first = extract_tasks(model, cpu_target)[0]
+    first = extract_tasks(first_layers_model, cpu_target)[0]
     assert "conv2d" in first.name
     assert [int(d) for d in first.mod["main"].params[0].ty.shape] == [1, 3, 17, 15]  # NCHW, as it lies
     assert "read_input=True" in Lowering().describe(cpu_target)
     # without it: a transpose kernel reads the input, and is a task of its own
-    without = _kernels(fuse(model.bound_module(), cpu_target, OFF))
+    without = _kernels(fuse(first_layers_model.bound_module(), cpu_target, OFF))
     assert [name for name, reads in without if reads] == [without[0][0]] and "transpose" in without[0][0]
-    assert len([t for t in extract_tasks(model, cpu_target, OFF) if "transpose" in t.name]) == 2
+    assert len([t for t in extract_tasks(first_layers_model, cpu_target, OFF) if "transpose" in t.name]) == 2
 
 
 @pytest.mark.parametrize(
@@ -100,11 +102,13 @@ def test_outputs_match_onnxruntime_and_the_build_with_the_transpose(conv, cpu_ta
 
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
-def test_analytic_candidates_of_the_convolution_reading_the_input_compute_what_it_does(model, isa):
+def test_analytic_candidates_of_the_convolution_reading_the_input_compute_what_it_does(
+    first_layers_model, isa
+):
     from search.test_analytic import check_candidates_compute, x86_target
 
     target = x86_target(isa)
-    check_candidates_compute(extract_tasks(model, target)[0], target, isa)
+    check_candidates_compute(extract_tasks(first_layers_model, target)[0], target, isa)
 
 
 def test_gpu_and_nchw_targets_keep_the_transpose_rule_off():
@@ -115,9 +119,11 @@ def test_gpu_and_nchw_targets_keep_the_transpose_rule_off():
     assert Lowering().reads_input(tvm.target.Target("llvm"))
 
 
-def test_the_convolution_reading_the_input_keeps_its_onnx_runtime_anchor(model, cpu_target, tmp_path):
+def test_the_convolution_reading_the_input_keeps_its_onnx_runtime_anchor(
+    first_layers_model, cpu_target, tmp_path
+):
     from dynatune.compiler.anchors import run_anchors
 
-    tasks = extract_tasks(model, cpu_target)
-    anchors = run_anchors(model, tasks, str(tmp_path), threads=1)
+    tasks = extract_tasks(first_layers_model, cpu_target)
+    anchors = run_anchors(first_layers_model, tasks, str(tmp_path), threads=1)
     assert {t.index for t in tasks if "conv2d" in t.name} <= set(anchors)

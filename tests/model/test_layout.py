@@ -3,16 +3,11 @@
 import logging
 
 import pytest
-from helpers import make_tiny_onnx, randomized_light_model
+from helpers import randomized_light_model
 
 from dynatune.model.extract import Lowering, extract_tasks, fuse, task_key
 from dynatune.model.importer import load_model
 from dynatune.model.layout import _convert_or_keep, conv_layout_passes, resolve_conv_layout
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return load_model(make_tiny_onnx(str(tmp_path_factory.mktemp("m") / "tiny.onnx")), {"x": (1, 3, 16, 16)})
 
 
 def conv_texts(tasks):
@@ -31,9 +26,9 @@ def test_auto_is_nhwc_on_cpu_and_the_model_layout_on_gpu(cpu_target):
     assert conv_layout_passes(None) == []
 
 
-def test_cpu_tasks_are_nhwc_and_nchw_keeps_the_model_layout(tiny, cpu_target):
-    nhwc = extract_tasks(tiny, cpu_target)
-    nchw = extract_tasks(tiny, cpu_target, Lowering(conv_layout="NCHW"))
+def test_cpu_tasks_are_nhwc_and_nchw_keeps_the_model_layout(tiny_model, cpu_target):
+    nhwc = extract_tasks(tiny_model, cpu_target)
+    nchw = extract_tasks(tiny_model, cpu_target, Lowering(conv_layout="NCHW"))
     assert conv_texts(nhwc) and all("conv2d_nhwc" in s for s in conv_texts(nhwc))
     assert conv_texts(nchw) and all("conv2d_nchw" in s for s in conv_texts(nchw))
     convs = lambda tasks: {t.key for t in tasks if "conv2d" in t.name}  # noqa: E731
@@ -41,16 +36,16 @@ def test_cpu_tasks_are_nhwc_and_nchw_keeps_the_model_layout(tiny, cpu_target):
     assert Lowering().describe(cpu_target) != Lowering(conv_layout="NCHW").describe(cpu_target)
 
 
-def test_extraction_keys_match_the_compiled_functions_in_both_layouts(tiny, cpu_target):
+def test_extraction_keys_match_the_compiled_functions_in_both_layouts(tiny_model, cpu_target):
     import tvm
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
     for lowering in (Lowering(), Lowering(conv_layout="NCHW")):
-        fused = fuse(tiny.bound_module(), cpu_target, lowering)
+        fused = fuse(tiny_model.bound_module(), cpu_target, lowering)
         compiled = {
             task_key(_normalize_mod(f)) for f in fused.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
         }
-        assert {t.key for t in extract_tasks(tiny, cpu_target, lowering)} <= compiled
+        assert {t.key for t in extract_tasks(tiny_model, cpu_target, lowering)} <= compiled
 
 
 @pytest.mark.slow

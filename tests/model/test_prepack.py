@@ -10,19 +10,13 @@ from dynatune.model.extract import Lowering, extract_tasks, fuse, task_key, uses
 from dynatune.model.importer import load_model
 
 
-@pytest.fixture(scope="module")
-def tiny(cpu_target, tmp_path_factory):
-    model = load_model(make_tiny_onnx(str(tmp_path_factory.mktemp("m") / "tiny.onnx")), {"x": (1, 3, 16, 16)})
-    return model, extract_tasks(model, cpu_target)
-
-
 def layout_free(task):
     attr = task.mod["main"].attrs.get("layout_free_buffers")
     return None if attr is None else [int(i) for i in attr]
 
 
-def test_conv_and_matmul_tasks_mark_their_weights(tiny):
-    _, tasks = tiny
+def test_conv_and_matmul_tasks_mark_their_weights(tiny_tasks):
+    tasks = tiny_tasks
     marked = {t.name: layout_free(t) for t in tasks}
     heavy = [n for n in marked if "conv2d" in n or "matmul" in n]
     assert len(heavy) == 3
@@ -31,8 +25,8 @@ def test_conv_and_matmul_tasks_mark_their_weights(tiny):
     assert all(marked[n] == [] for n in marked if n not in heavy)
 
 
-def test_without_prepack_tasks_are_as_before(tiny, cpu_target):
-    model, tasks = tiny
+def test_without_prepack_tasks_are_as_before(tiny_model, tiny_tasks, cpu_target):
+    model, tasks = tiny_model, tiny_tasks
     plain = extract_tasks(model, cpu_target, Lowering(prepack=False))
     assert all(layout_free(t) is None for t in plain)
     assert {t.key for t in plain}.isdisjoint(t.key for t in tasks)  # the attribute is part of the key
@@ -45,12 +39,12 @@ def test_gpu_targets_never_prepack(cpu_target):
     assert not uses_prepack(tvm.target.Target("cuda"))
 
 
-def test_extraction_keys_match_the_compiled_functions(tiny, cpu_target):
+def test_extraction_keys_match_the_compiled_functions(tiny_model, tiny_tasks, cpu_target):
     """The compiler looks tuned functions up by the same key: every task is among the functions it fuses."""
     import tvm
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
-    model, tasks = tiny
+    model, tasks = tiny_model, tiny_tasks
     fused = fuse(model.bound_module(), cpu_target)
     compiled = {
         task_key(_normalize_mod(f)) for f in fused.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
@@ -58,8 +52,8 @@ def test_extraction_keys_match_the_compiled_functions(tiny, cpu_target):
     assert {t.key for t in tasks} <= compiled
 
 
-def test_same_operator_in_another_model_shares_its_key(tiny, cpu_target, tmp_path):
-    _, tasks = tiny
+def test_same_operator_in_another_model_shares_its_key(tiny_tasks, cpu_target, tmp_path):
+    tasks = tiny_tasks
     other = load_model(
         make_tiny_onnx(str(tmp_path / "other.onnx"), seed=1, extra_layer=True), {"x": (1, 3, 16, 16)}
     )

@@ -4,27 +4,19 @@ stay direct, and the model matches ONNX Runtime to well under 1e-4."""
 
 import re
 
-import numpy as np
 import pytest
-from helpers import make_winograd_cnn
 
 from dynatune.compiler.compile import build, verify
 from dynatune.compiler.execution import relax_vm
 from dynatune.model.extract import Lowering, extract_tasks
-from dynatune.model.importer import load_model
 from dynatune.model.winograd import RULES
 
 ON = Lowering(winograd=True)
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return load_model(make_winograd_cnn(tmp_path_factory.mktemp("winograd"), np.random.default_rng(0)))
-
-
-def test_eligible_convolutions_become_winograd_tasks_with_their_epilogue(model, cpu_target):
-    direct = extract_tasks(model, cpu_target)
-    tasks = extract_tasks(model, cpu_target, ON)
+def test_eligible_convolutions_become_winograd_tasks_with_their_epilogue(winograd_cnn, cpu_target):
+    direct = extract_tasks(winograd_cnn, cpu_target)
+    tasks = extract_tasks(winograd_cnn, cpu_target, ON)
     winograd = sorted(t.name for t in tasks if "winograd" in t.name)
     assert len(winograd) == 2 and all(re.search(r"winograd.*add.*relu", n) for n in winograd), winograd
     assert len([t for t in tasks if "winograd" not in t.name and "conv2d" in t.name]) == 4  # b, d, e, f
@@ -32,14 +24,16 @@ def test_eligible_convolutions_become_winograd_tasks_with_their_epilogue(model, 
     assert {t.key for t in tasks} != {t.key for t in direct}  # other functions, other keys
 
 
-def test_winograd_model_matches_onnxruntime_with_its_weights_transformed_at_compile_time(model, cpu_target):
+def test_winograd_model_matches_onnxruntime_with_its_weights_transformed_at_compile_time(
+    winograd_cnn, cpu_target
+):
     import tvm
 
-    executable = build(model, cpu_target, None, ON)
+    executable = build(winograd_cnn, cpu_target, None, ON)
     text = executable.as_text()
     assert "conv2d_winograd" in text and "winograd_weight_transform" not in text
     dev = tvm.cpu()
-    check = verify(relax_vm(executable, dev), model, dev, threads=2)
+    check = verify(relax_vm(executable, dev), winograd_cnn, dev, threads=2)
     assert check.ok and check.max_rel_err < 1e-5, check
 
 
@@ -53,7 +47,9 @@ def test_winograd_is_part_of_the_lowering_on_nhwc_cpu_targets_only(cpu_target):
 
 
 @pytest.mark.slow
-def test_tuned_winograd_task_uses_the_winograd_rules_and_matches_onnxruntime(model, cpu_target, tmp_path):
+def test_tuned_winograd_task_uses_the_winograd_rules_and_matches_onnxruntime(
+    winograd_cnn, cpu_target, tmp_path
+):
     """A few real trials of the heaviest Winograd task: MetaSchedule's CPU Winograd rules schedule its
     data-pack and inverse blocks, the tuned kernel reads a prepacked ``kernel_pack``, and the model
     matches."""
@@ -70,7 +66,7 @@ def test_tuned_winograd_task_uses_the_winograd_rules_and_matches_onnxruntime(mod
 
         tvm.register_global_func(name, counted, override=True)
     try:
-        tasks = extract_tasks(model, cpu_target, ON)
+        tasks = extract_tasks(winograd_cnn, cpu_target, ON)
         task = next(
             t
             for t in tasks
@@ -83,7 +79,7 @@ def test_tuned_winograd_task_uses_the_winograd_rules_and_matches_onnxruntime(mod
                 result.errors
             )
             db = session.compile_database()
-            executable = build(model, cpu_target, db, ON)
+            executable = build(winograd_cnn, cpu_target, db, ON)
         finally:
             session.close()
     finally:
@@ -91,5 +87,5 @@ def test_tuned_winograd_task_uses_the_winograd_rules_and_matches_onnxruntime(mod
             tvm.register_global_func(name, original, override=True)
     assert set(calls) == set(originals)
     dev = tvm.cpu()
-    check = verify(relax_vm(executable, dev), model, dev, threads=2)
+    check = verify(relax_vm(executable, dev), winograd_cnn, dev, threads=2)
     assert check.ok and check.max_rel_err < 1e-5, check

@@ -70,7 +70,7 @@ def registry(tmp_path_factory, prefect_stack):
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     try:
-        from dynatune.flows.registry import watch_registry
+        from dynatune.flows.watch_registry import watch_registry
 
         uri = f"sqlite:///{d / 'mlflow.db'}"
         v1 = make_tiny_onnx(str(d / "v1.onnx"), batch=1, channels=8)

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, make_tiny_onnx, prefect_home, run_cli
+from helpers import ROOT, prefect_home, run_cli
 
 pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
@@ -16,26 +16,10 @@ def _run(args, cwd, timeout=900):
     return run_cli(args, cwd, timeout)
 
 
-@pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pipe")
-    model = make_tiny_onnx(str(d / "tiny.onnx"), batch="N", channels=16)  # a dynamic batch...
-    cfg = d / "cfg.yaml"
-    cfg.write_text(f"""
-model: {{path: {model}, shapes: {{x: [1, 3, 16, 16]}}}}  # ...bound by the config
-budget_s: 6
-slot_s: 3
-work_dir: {d / "work"}
-search: {{trials_per_iter: 4, population_size: 32}}
-measure: {{repeat: 3, min_repeat_ms: 5}}
-# the final timing at once (waiting for a quiet machine is tests/machine/test_load.py's part); the untuned
-# model's timing and the profile are tests/compiler/test_vs_onnxruntime.py's
-compile: {{timing_attempts: 1, measure_untuned: false, profile: false}}
-tracking: {{run_name: e2e, tags: {{purpose: test}}}}
-""")
-    p = _run(["tune", str(cfg), "--json"], str(d))
-    assert p.returncode == 0, p.stderr[-3000:]
-    return d, cfg, json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+@pytest.fixture
+def first_run(tiny_run):
+    """The session's finished run of the tiny model (conftest's ``tiny_run``)."""
+    return tiny_run["dir"], tiny_run["config"], tiny_run["summary"], tiny_run["stderr"]
 
 
 def test_flow_tracks_every_round_in_mlflow(first_run):

@@ -280,37 +280,34 @@ def resumed(runs, killed):
 
 # -- 2. measurement faults (in-process sessions; the racing runs tune meanwhile) --------------------------
 @pytest.fixture(scope="module")
-def tiny(runs, cpu_target, tmp_path_factory):
-    """The tiny model's tasks, and a work dir whose default latencies are measured (no faults)."""
-    from dynatune.model.extract import extract_tasks
-    from dynatune.model.importer import load_model
+def measured_tiny(runs, tiny_model, tiny_tasks, cpu_target, tmp_path_factory):
+    """The tiny model and its tasks, and a work dir whose default latencies are measured (no faults); after
+    ``runs``, so that the racing runs tune meanwhile."""
     from dynatune.search.measure import MeasureConfig
     from dynatune.search.session import SearchConfig, TuningSession
 
-    model = load_model(runs["model"])
-    tasks = extract_tasks(model, cpu_target)
     wd = tmp_path_factory.mktemp("measured")
-    s = TuningSession(tasks, cpu_target, str(wd), search=SearchConfig(), measure=MeasureConfig())
+    s = TuningSession(tiny_tasks, cpu_target, str(wd), search=SearchConfig(), measure=MeasureConfig())
     try:
         s.warm_up()
         s.measure_defaults()
     finally:
         s.close()
-    return model, tasks, wd
+    return tiny_model, tiny_tasks, wd
 
 
-def _session(tiny, cpu_target, wd, trials_per_iter=4, timeout_s=30.0, build_fn=None, evaluator=None):
+def _session(measured_tiny, cpu_target, wd, trials_per_iter=4, timeout_s=30.0, build_fn=None, evaluator=None):
     """A session on the tiny model, with failing collaborators injected (``tests/faults.py``) if given."""
     from dynatune.search.builder import PersistentBuilder
     from dynatune.search.measure import MeasureConfig, make_runner
     from dynatune.search.session import SearchConfig, TuningSession
 
     faults.register()
-    shutil.copytree(tiny[2], wd)
+    shutil.copytree(measured_tiny[2], wd)
     measure = MeasureConfig(adaptive=False, repeat=3, min_repeat_ms=5, timeout_s=timeout_s)
     builder = PersistentBuilder(2, timeout_sec=15, build_fn=build_fn) if build_fn else None
     return TuningSession(
-        tiny[1],
+        measured_tiny[1],
         cpu_target,
         str(wd),
         search=SearchConfig(trials_per_iter=trials_per_iter, population_size=32),
@@ -325,17 +322,17 @@ def _records(wd, key) -> list:
 
 
 def test_build_failures_are_recorded_and_a_task_that_never_builds_is_retired(
-    tiny, cpu_target, tmp_path, monkeypatch
+    measured_tiny, cpu_target, tmp_path, monkeypatch
 ):
     from dynatune.run.config import load_config
     from dynatune.run.tuner import Tuner
     from dynatune.tasks.run_writer import Tracker
 
-    model, tasks, _ = tiny
+    model, tasks, _ = measured_tiny
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     wd = tmp_path / "work"
     session = _session(
-        tiny,
+        measured_tiny,
         cpu_target,
         wd,
         trials_per_iter=2,  # retired after 3 batches: 6 candidates
@@ -370,11 +367,13 @@ def test_build_failures_are_recorded_and_a_task_that_never_builds_is_retired(
     assert tags[f"retired.task{rec.task}"] == f"{rec.task_name}: {r['note']}"
 
 
-def test_run_rounds_stops_when_every_task_is_retired(tiny, cpu_target, tmp_path, monkeypatch):
+def test_run_rounds_stops_when_every_task_is_retired(measured_tiny, cpu_target, tmp_path, monkeypatch):
     """The benches' round loop: one curve point and one callback per round, and it ends by itself."""
     from dynatune.run.tuner import Tuner
 
-    session = _session(tiny, cpu_target, tmp_path / "work", trials_per_iter=2, build_fn=faults.failing_build)
+    session = _session(
+        measured_tiny, cpu_target, tmp_path / "work", trials_per_iter=2, build_fn=faults.failing_build
+    )
     tuner = Tuner(session, "round_robin", budget_s=600, slot_s=20)
     seen = []
     try:
@@ -386,16 +385,18 @@ def test_run_rounds_stops_when_every_task_is_retired(tiny, cpu_target, tmp_path,
     assert all(r.result["exhausted"] for r in seen) and tuner.elapsed_s < 600  # all retired, budget left
 
 
-def test_crashing_and_hanging_workers_are_errors_and_get_restarted(tiny, cpu_target, tmp_path, monkeypatch):
+def test_crashing_and_hanging_workers_are_errors_and_get_restarted(
+    measured_tiny, cpu_target, tmp_path, monkeypatch
+):
     """A build worker that dies, a runner that crashes, a runner that hangs past measure.timeout_s: each
     candidate is an error record, the slot goes on, and the next candidates get fresh workers."""
     from dynatune.search.builder import build_and_export
     from dynatune.search.measure import adaptive_evaluator
 
-    tasks = tiny[1]
+    tasks = measured_tiny[1]
     wd = tmp_path / "work"
     s = _session(
-        tiny,
+        measured_tiny,
         cpu_target,
         wd,
         trials_per_iter=1,

@@ -254,7 +254,7 @@ def test_the_first_batch_measures_the_analytic_candidates_first(analytic_first, 
 
 
 def test_benchmarks_time_the_analytic_candidates_the_session_measures(cpu_target, tmp_path):
-    """``task_analytic_candidates`` (what bench/kernels.py and bench/first_batch.py time and count) gives the
+    """``task_analytic_candidates`` (what ``bench.kernels`` times) gives the
     head of the session's first batch, candidate for candidate, as the session builds them (the layout
     rewrite applied)."""
     from tvm_ffi import structural_hash

@@ -3,8 +3,6 @@ budget; the scheduler decides after it; tasks a small budget cannot cover are na
 
 import pytest
 
-from dynatune.model.extract import extract_tasks
-from dynatune.model.importer import load_model
 from dynatune.run.tuner import Tuner
 from dynatune.search.measure import MeasureConfig
 from dynatune.search.session import SearchConfig, TuningSession
@@ -15,14 +13,6 @@ SMALL = SearchConfig(trials_per_iter=4, population_size=32, init_min_unmeasured=
 FAST = MeasureConfig(repeat=3, min_repeat_ms=5)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory, cpu_target):
-    from helpers import make_tiny_onnx
-
-    model = load_model(make_tiny_onnx(str(tmp_path_factory.mktemp("m") / "tiny.onnx"), batch=1))
-    return extract_tasks(model, cpu_target)
-
-
 def _tuner(tasks, target, work, share, budget=600.0, scheduler="dynatune", slot_s=2.0):
     session = TuningSession(tasks, target, str(work), search=SMALL, measure=FAST)
     tuner = Tuner(session, scheduler, budget_s=budget, slot_s=slot_s, warmup_share=share)
@@ -30,13 +20,13 @@ def _tuner(tasks, target, work, share, budget=600.0, scheduler="dynatune", slot_
     return tuner
 
 
-def test_every_task_gets_one_first_batch_heaviest_first_then_the_scheduler(tiny, cpu_target, tmp_path):
-    tuner = _tuner(tiny, cpu_target, tmp_path, share=1.0)
+def test_every_task_gets_one_first_batch_heaviest_first_then_the_scheduler(tiny_tasks, cpu_target, tmp_path):
+    tuner = _tuner(tiny_tasks, cpu_target, tmp_path, share=1.0)
     try:
-        weighted = {t.index: t.weight * tuner.session.state(t.index).default_s for t in tiny}
-        recs = [tuner.step() for _ in range(len(tiny) + 1)]
-        first = recs[: len(tiny)]
-        assert [r.phase for r in first] == ["warmup"] * len(tiny)
+        weighted = {t.index: t.weight * tuner.session.state(t.index).default_s for t in tiny_tasks}
+        recs = [tuner.step() for _ in range(len(tiny_tasks) + 1)]
+        first = recs[: len(tiny_tasks)]
+        assert [r.phase for r in first] == ["warmup"] * len(tiny_tasks)
         assert sorted(r.task for r in first) == sorted(weighted)  # each task once
         order = [weighted[r.task] for r in first]
         assert order == sorted(order, reverse=True)  # heaviest untuned weighted latency first
@@ -51,18 +41,18 @@ def test_every_task_gets_one_first_batch_heaviest_first_then_the_scheduler(tiny,
         tuner.close()
 
 
-def test_a_small_share_stops_the_pass_and_names_the_tasks_never_tuned(tiny, cpu_target, tmp_path):
-    tuner = _tuner(tiny, cpu_target, tmp_path, share=1e-6)
+def test_a_small_share_stops_the_pass_and_names_the_tasks_never_tuned(tiny_tasks, cpu_target, tmp_path):
+    tuner = _tuner(tiny_tasks, cpu_target, tmp_path, share=1e-6)
     try:
         assert tuner.step().phase == "warmup"  # the pass starts (nothing spent yet) ...
         assert tuner.warmup_choice() is None  # ... and its share is spent after one batch
-        assert len(tuner.never_tuned()) == len(tiny) - 1
+        assert len(tuner.never_tuned()) == len(tiny_tasks) - 1
     finally:
         tuner.close()
 
 
-def test_share_zero_is_the_scheduler_alone(tiny, cpu_target, tmp_path):
-    tuner = _tuner(tiny, cpu_target, tmp_path, share=0.0)
+def test_share_zero_is_the_scheduler_alone(tiny_tasks, cpu_target, tmp_path):
+    tuner = _tuner(tiny_tasks, cpu_target, tmp_path, share=0.0)
     try:
         assert tuner.warmup_choice() is None
     finally:
@@ -70,15 +60,15 @@ def test_share_zero_is_the_scheduler_alone(tiny, cpu_target, tmp_path):
 
 
 def test_a_task_the_pass_did_not_reach_gets_a_first_batch_when_the_scheduler_picks_it(
-    tiny, cpu_target, tmp_path
+    tiny_tasks, cpu_target, tmp_path
 ):
     """The pass's share runs out after one task; then each never-tuned task the scheduler picks gets one
     first batch, and a task picked again gets a whole slot; the scheduler's state moves on every round."""
-    tuner = _tuner(tiny, cpu_target, tmp_path, share=1e-4, scheduler="round_robin", slot_s=3.0)
+    tuner = _tuner(tiny_tasks, cpu_target, tmp_path, share=1e-4, scheduler="round_robin", slot_s=3.0)
     try:
         assert tuner.step().phase == "warmup"
         batches = {}
-        for _ in range(len(tiny) + 1):
+        for _ in range(len(tiny_tasks) + 1):
             state = dict(tuner.scheduler.state_dict())
             tuned_before = bool(tuner.session.state(tuner.scheduler.choose(tuner.context())).history)
             rec = tuner.step()

@@ -9,20 +9,24 @@ DynaTune scheduler replays ``--budgets`` (multiples of the model's recorded time
 is flat) once without the rule and once with it for each ``--shares`` x ``--patience``; reported per setting:
 the share of the budget used and the objective at the stop against the full replay's (the loss)::
 
-    python bench/stopping.py replay [--draws 3] [--budgets 1 2] [--shares 0.005 0.01 0.02 0.05] \\
+    python -m bench.stop_savings replay [--draws 3] [--budgets 1 2] [--shares 0.005 0.01 0.02 0.05] \\
         [--patience 1 3] [--out bench/results/stopping_replay.json]
 
 ``live``: item 4 of the issue, on quiet cores. For each ``--model`` (``default``: the README job's model)
 and seed, cold (a fresh schedule library, a fresh work dir), with the README job's config and ``--budget``:
 
-1. ``stopped``: ``dynatune tune`` with stopping on (the default); its work dir, library and ``model.so`` are
+1. ``stopped``: ``dynatune tune`` with stopping on (issue #56); its work dir, library and ``model.so`` are
    copied aside;
 2. ``full``: the same work dir resumed with stopping off to the same budget (the tuning up to the stop is
    the same run's; skipped when the first run spent the budget);
 3. ``retune``: a nightly retune of the unchanged model from the copies of step 1 (a dated work dir under
    ``retune/``, warm-started from the first run's work dir, with its schedule library), stopping on;
-4. the three ``model.so`` timed side by side in one fresh process (``bench/lowering_ab.py --artifact``:
-   alternating 200 ms blocks, ONNX Runtime beside them).
+4. the three ``model.so`` timed side by side (:func:`bench.harness.side_by_side`, in this process, which
+   tunes nothing itself: alternating 200 ms blocks, ONNX Runtime beside them).
+
+Each run states its stopping explicitly (``stopping.enabled``, ``min_gain_share``, ``patience``,
+``confidence``: ``--share``, ``--patience``, ``--confidence``), so a change of the defaults does not change
+what is compared; the results keep each run's settings.
 
 Reported per run: tuning seconds used and saved, the stop's reason, and the per-round ratios of the full
 run's model and of the retune's to the stopped one's (median [min, max]); each run's stopping checks
@@ -31,28 +35,30 @@ results: the beliefs' trace that explains a missed target. The targets (:data:`T
 of full on every model, tuning <= 40 % of the budget on at least two models, the retune stopped within 60 s
 of tuning and within 2 % of the first run's model::
 
-    python bench/stopping.py live --model default --model ../shared/models/squeezenet1_1.onnx \\
+    python -m bench.stop_savings live --model default --model ../shared/models/squeezenet1_1.onnx \\
         --model ../shared/models/mnasnet0_5.onnx --model ../shared/models/transformer_tiny.onnx \\
         --seeds 0 1 --budget 900 [--work /tmp/dynatune-stopping] [--out bench/results/stopping_live.json]
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from lowering_ab import spread  # noqa: E402
-from vs_onnxruntime import tune  # noqa: E402
+from bench.harness import (
+    ROOT,
+    parser,
+    read_json,
+    results_path,
+    run_settings,
+    side_by_side,
+    spread,
+    tune_cli,
+    write_json,
+)
 
 README_CONFIG = os.path.join(ROOT, "configs", "quickstart.yaml")
 # the issue's targets: stopped within 3 % of full (full / stopped >= 1 / 1.03), tuning <= 40 % of the budget
@@ -61,7 +67,7 @@ TARGETS = {"full_vs_stopped": 1 / 1.03, "used_share": 0.40, "retune_s": 60.0, "r
 
 
 # -- replay ----------------------------------------------------------------------------------------------
-def replay_rows(draws: int, budgets, shares, patiences) -> list[dict]:
+def replay_rows(draws: int, budgets, shares, patiences, confidence: float) -> list[dict]:
     """One row per (model, draw, budget multiple, share, patience): the budget saved and the loss."""
     from dynatune.bench.replay import default_slot, replay, total_trace_seconds
     from dynatune.bench.replay_bench import draw_rng
@@ -80,7 +86,7 @@ def replay_rows(draws: int, budgets, shares, patiences) -> list[dict]:
                 full = replay(drawn, make_scheduler("dynatune", d), budget, slot).final
                 for share in shares:
                     for patience in patiences:
-                        rule = BeliefStopping(share, patience)
+                        rule = BeliefStopping(share, patience, confidence)
                         r = replay(drawn, make_scheduler("dynatune", d), budget, slot, stopping=rule)
                         used = r.curve[-1][0]
                         rows.append(
@@ -163,15 +169,33 @@ def run_figures(summary) -> dict:
     return {k: getattr(summary, k) for k in keys}
 
 
-def side_by_side(model: str, artifacts: dict, rounds: int, out: str) -> dict:
-    """``bench/lowering_ab.py --artifact`` in a fresh process: the artifacts and ONNX Runtime, alternating."""
-    cmd = [sys.executable, os.path.join(ROOT, "bench", "lowering_ab.py"), "--model", model, "--out", out]
-    cmd += ["--rounds", str(rounds)] + [f"--artifact={k}={v}" for k, v in artifacts.items()]
-    subprocess.run(cmd, check=True, cwd=ROOT)
-    return json.load(open(out))[-1]
+def time_artifacts(model: str, artifacts: dict, rounds: int) -> dict:
+    """The runs' ``model.so`` and ONNX Runtime timed side by side (:func:`bench.harness.side_by_side`)."""
+    import tvm
+
+    from dynatune.compiler.execution import load
+    from dynatune.model.importer import load_model
+
+    vms = {name: load(path, tvm.cpu()) for name, path in artifacts.items()}
+    return side_by_side(load_model(model), vms, rounds)
 
 
-def live_one(spec: str, seed: int, budget: float, config: str, work: str, rounds: int) -> dict:
+def stopping_sets(enabled: bool, share: float, patience: int, confidence: float) -> list[str]:
+    """The run's stopping, every setting given (``--set``)."""
+    return [
+        f"stopping.enabled={str(enabled).lower()}",
+        f"stopping.min_gain_share={share}",
+        f"stopping.patience={patience}",
+        f"stopping.confidence={confidence}",
+    ]
+
+
+def live_one(
+    spec: str, seed: int, budget: float, config: str, work: str, rounds: int, rule: dict, tune=tune_cli
+):
+    """One model and seed: the stopped run, the full one, the retune, timed side by side. ``rule``: the
+    stopping settings (:func:`stopping_sets`' keywords but ``enabled``); ``tune``: how a run is made
+    (:func:`bench.harness.tune_cli`)."""
     from dynatune.files import WorkDir
 
     model = model_path(spec)
@@ -179,24 +203,25 @@ def live_one(spec: str, seed: int, budget: float, config: str, work: str, rounds
     os.makedirs(work)
     lib, first_lib = os.path.join(work, "library.db"), os.path.join(work, "first-library.db")
     seeds = [f"scheduler.seed={seed}", f"search.seed={seed}", f"library.url=sqlite:///{lib}"]
+    stop, no_stop = stopping_sets(True, **rule), stopping_sets(False, **rule)
     run_dir, first_dir = os.path.join(work, "run"), os.path.join(work, "first")
-    stopped, _ = tune(ROOT, model, budget, run_dir, config, seeds)
+    stopped = tune(model, budget, run_dir, config, [*seeds, *stop]).summary
     shutil.copytree(run_dir, first_dir, symlinks=True)
     shutil.copy(lib, first_lib)
     artifacts = {"stopped": os.path.join(first_dir, "model.so")}
-    out = {"model": spec, "seed": seed, "budget_s": budget, "stopped": run_figures(stopped)}
-    out["stopped"]["checks"] = stop_checks(run_dir)
+    out = {"model": spec, "seed": seed, "budget_s": budget, "settings": run_settings(first_dir)}
+    out["stopped"] = run_figures(stopped) | {"checks": stop_checks(run_dir)}
     if stopped.stopped_early:
-        full, _ = tune(ROOT, model, budget, run_dir, config, [*seeds, "stopping.enabled=false"])
+        full = tune(model, budget, run_dir, config, [*seeds, *no_stop]).summary
         out["full"] = run_figures(full)
         artifacts["full"] = WorkDir(run_dir).model_so
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     retune_dir = WorkDir(first_dir).retune(stamp)
-    sets = [*seeds[:2], f"library.url=sqlite:///{first_lib}", f"warm_start=[{first_dir}]"]
-    retune, _ = tune(ROOT, model, budget, retune_dir, config, sets)
+    sets = [*seeds[:2], f"library.url=sqlite:///{first_lib}", f"warm_start=[{first_dir}]", *stop]
+    retune = tune(model, budget, retune_dir, config, sets).summary
     out["retune"] = run_figures(retune) | {"checks": stop_checks(retune_dir)}
     artifacts["retune"] = WorkDir(retune_dir).model_so
-    timing = side_by_side(model, artifacts, rounds, os.path.join(work, "side_by_side.json"))
+    timing = time_artifacts(model, artifacts, rounds)
     ms = {v["variant"]: v for v in timing["variants"]}
     out["timing"] = timing
     # per-round ratios to the first artifact, the stopped run's model
@@ -244,45 +269,48 @@ def targets(results: list[dict]) -> str:
     )
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None):
+    ap = parser(__doc__)
     sub = ap.add_subparsers(dest="part", required=True)
     rp = sub.add_parser("replay", help="the rule on the recorded traces")
     rp.add_argument("--draws", type=int, default=3)
     rp.add_argument("--budgets", type=float, nargs="+", default=[1.0, 2.0])
     rp.add_argument("--shares", type=float, nargs="+", default=[0.005, 0.01, 0.02, 0.05])
     rp.add_argument("--patience", type=int, nargs="+", default=[3])
-    rp.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "stopping_replay.json"))
+    rp.add_argument("--confidence", type=float, default=1.0, help="stopping.confidence")
+    rp.add_argument("--out", default=results_path("stopping_replay.json"))
     lv = sub.add_parser("live", help="stopped, full and retune runs, timed side by side")
     lv.add_argument("--model", action="append", default=[], help="an ONNX file, or 'default' (README's)")
     lv.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     lv.add_argument("--budget", type=float, default=900.0)
     lv.add_argument("--config", default=README_CONFIG, help="the runs' config (default: the README job's)")
+    lv.add_argument("--share", type=float, default=0.02, help="stopping.min_gain_share of the stopping runs")
+    lv.add_argument("--patience", type=int, default=3, help="stopping.patience")
+    lv.add_argument("--confidence", type=float, default=1.0, help="stopping.confidence")
     lv.add_argument("--rounds", type=int, default=20, help="alternating timing rounds")
     lv.add_argument("--work", default="/tmp/dynatune-stopping")
-    lv.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "stopping_live.json"))
+    lv.add_argument("--out", default=results_path("stopping_live.json"))
     args = ap.parse_args(argv)
     if args.part == "replay":
         t0 = time.perf_counter()
-        rows = replay_rows(args.draws, args.budgets, args.shares, args.patience)
-        with open(args.out, "w") as fh:
-            json.dump({"rows": rows, "seconds": time.perf_counter() - t0}, fh, indent=1)
+        rows = replay_rows(args.draws, args.budgets, args.shares, args.patience, args.confidence)
+        write_json(args.out, {"rows": rows, "seconds": time.perf_counter() - t0})
         print(replay_table(rows))
-        return 0
-    results = json.load(open(args.out)) if os.path.exists(args.out) else []
+        return rows
+    rule = {"share": args.share, "patience": args.patience, "confidence": args.confidence}
+    results = read_json(args.out, [])
     for spec in args.model or ["default"]:
         for seed in args.seeds:
             name = "readme" if spec == "default" else os.path.splitext(os.path.basename(spec))[0]
             work = os.path.join(args.work, f"{name}-s{seed}")
-            row = live_one(spec, seed, args.budget, args.config, work, args.rounds)
+            row = live_one(spec, seed, args.budget, args.config, work, args.rounds, rule)
             row["date"] = time.strftime("%Y-%m-%d %H:%M")
             results.append(row)
-            with open(args.out, "w") as fh:
-                json.dump(results, fh, indent=1)
+            write_json(args.out, results)
             print(live_table([row]), flush=True)
     print(live_table(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
