@@ -42,6 +42,7 @@ def main(argv=None) -> int:
         "--work-root", default=os.path.join(os.path.expanduser("~"), ".cache", "dynatune", "traces")
     )
     args = ap.parse_args(argv)
+    os.makedirs(args.out_dir, exist_ok=True)
     try:
         for path in args.models:
             cfg = load_config(

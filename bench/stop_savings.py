@@ -10,7 +10,7 @@ is flat) once without the rule and once with it for each ``--shares`` x ``--pati
 the share of the budget used and the objective at the stop against the full replay's (the loss)::
 
     python -m bench.stop_savings replay [--draws 3] [--budgets 1 2] [--shares 0.005 0.01 0.02 0.05] \\
-        [--patience 1 3] [--out bench/results/stopping_replay.json]
+        [--patience 1 3] [--confidence 1] [--models M ...] [--out bench/results/stopping_replay.json]
 
 ``live``: item 4 of the issue, on quiet cores. For each ``--model`` (``default``: the README job's model)
 and seed, cold (a fresh schedule library, a fresh work dir), with the README job's config and ``--budget``:
@@ -67,7 +67,7 @@ TARGETS = {"full_vs_stopped": 1 / 1.03, "used_share": 0.40, "retune_s": 60.0, "r
 
 
 # -- replay ----------------------------------------------------------------------------------------------
-def replay_rows(draws: int, budgets, shares, patiences, confidence: float) -> list[dict]:
+def replay_rows(draws: int, budgets, shares, patiences, confidence: float, models=None) -> list[dict]:
     """One row per (model, draw, budget multiple, share, patience): the budget saved and the loss."""
     from dynatune.bench.replay import default_slot, replay, total_trace_seconds
     from dynatune.bench.replay_bench import draw_rng
@@ -76,8 +76,9 @@ def replay_rows(draws: int, budgets, shares, patiences, confidence: float) -> li
     from dynatune.schedulers import make_scheduler
 
     rows = []
-    for name in available_traces():
+    for name in models or available_traces():
         doc = load_traces(name)
+        name = doc["model"]
         total, slot = total_trace_seconds(doc), default_slot(doc)
         for d in range(draws):
             drawn = draw(doc, draw_rng(0, d))
@@ -207,7 +208,8 @@ def live_one(
     run_dir, first_dir = os.path.join(work, "run"), os.path.join(work, "first")
     stopped = tune(model, budget, run_dir, config, [*seeds, *stop]).summary
     shutil.copytree(run_dir, first_dir, symlinks=True)
-    shutil.copy(lib, first_lib)
+    if os.path.exists(lib):  # (a config with the library off writes none)
+        shutil.copy(lib, first_lib)
     artifacts = {"stopped": os.path.join(first_dir, "model.so")}
     out = {"model": spec, "seed": seed, "budget_s": budget, "settings": run_settings(first_dir)}
     out["stopped"] = run_figures(stopped) | {"checks": stop_checks(run_dir)}
@@ -273,6 +275,7 @@ def main(argv=None):
     ap = parser(__doc__)
     sub = ap.add_subparsers(dest="part", required=True)
     rp = sub.add_parser("replay", help="the rule on the recorded traces")
+    rp.add_argument("--models", nargs="*", help="trace files or recorded model names (default: all recorded)")
     rp.add_argument("--draws", type=int, default=3)
     rp.add_argument("--budgets", type=float, nargs="+", default=[1.0, 2.0])
     rp.add_argument("--shares", type=float, nargs="+", default=[0.005, 0.01, 0.02, 0.05])
@@ -293,7 +296,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.part == "replay":
         t0 = time.perf_counter()
-        rows = replay_rows(args.draws, args.budgets, args.shares, args.patience, args.confidence)
+        rows = replay_rows(args.draws, args.budgets, args.shares, args.patience, args.confidence, args.models)
         write_json(args.out, {"rows": rows, "seconds": time.perf_counter() - t0})
         print(replay_table(rows))
         return rows

@@ -61,12 +61,16 @@ def _tune_from(tiny_run, calls: list):
     return tune
 
 
-# -- on recorded traces (no tuning) ------------------------------------------------------------------
-def test_stop_savings_replay_on_the_recorded_traces(tmp_path):
+# -- on tuning traces (no tuning) ---------------------------------------------------------------------
+def test_stop_savings_replay_states_its_rule(tmp_path):
+    from synthetic_traces import multi_seed
+
     from bench.stop_savings import main
 
-    out = tmp_path / "replay.json"
-    rows = main(["replay", "--draws", "1", "--budgets", "1", "--shares", "0.02", "--out", str(out)])
+    path, out = tmp_path / "syn.json", tmp_path / "replay.json"
+    path.write_text(json.dumps(multi_seed([0, 1])))
+    argv = ["replay", "--models", str(path), "--draws", "1", "--budgets", "1", "--shares", "0.02"]
+    rows = main([*argv, "--out", str(out)])
     assert rows and json.loads(out.read_text())["rows"] == rows
     assert {r["share"] for r in rows} == {0.02} and {r["patience"] for r in rows} == {3}
     assert all(0 < r["used_share"] <= 1 for r in rows)
