@@ -13,6 +13,10 @@ from mlflow.pyfunc import PythonModel
 
 
 class TunedModelPyfunc(PythonModel):
+    # its inputs are arrays by name, checked by the loader: no type hint MLflow could validate them by (and
+    # no warning asking for one in every run's console)
+    _skip_type_hint_validation = True
+
     def load_context(self, context):
         import dynatune_runtime
 

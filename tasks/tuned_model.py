@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import warnings
 from importlib.metadata import version
 
 import numpy as np
@@ -68,9 +67,7 @@ def log_tuned_model(library: str, run_id: str, tracking_uri: str):
         loader = os.path.join(code, "dynatune_runtime.py")  # the runtime, under the name the model imports
         shutil.copyfile(runtime.__file__, loader)
         point_mlflow_at(tracking_uri)
-        with mlflow.start_run(run_id=run_id), warnings.catch_warnings():
-            # MLflow asks for type hints on predict; it has none for arrays by name
-            warnings.filterwarnings("ignore", message=".*type hints.*", category=UserWarning)
+        with mlflow.start_run(run_id=run_id):
             return mlflow.pyfunc.log_model(
                 name=MODEL_NAME,
                 python_model=MODEL_CODE,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynatune.runtime import run_vm
+from dynatune.runtime import VMCall
 
 
 def load(path: str, device):
@@ -18,7 +18,8 @@ def load(path: str, device):
 
 
 def run(vm, model, inputs: dict[str, np.ndarray], device) -> list[np.ndarray]:
-    return run_vm(vm["main"], device, [inputs[i.name] for i in model.inputs])
+    call = VMCall(vm, device, [(i.shape, i.dtype) for i in model.inputs])
+    return call([inputs[i.name] for i in model.inputs])
 
 
 def time_vm(vm, model, inputs, device, repeat: int = 10, block_ms: float = 200.0) -> tuple[float, float]:

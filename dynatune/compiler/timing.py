@@ -7,7 +7,7 @@ sides of a round see the same machine. The ratio of each round holds even when t
 between rounds; the report gives the median of the per-round ratios and their min-max spread.
 
 Both sides are called as a user calls them, in a Python loop: the compiled model's ``main`` with numpy
-inputs copied to the device and its outputs copied back to numpy (:func:`dynatune.runtime.run_vm`, what
+inputs copied to the device and its outputs copied back to numpy (:class:`dynatune.runtime.VMCall`, what
 ``dynatune.runtime.load(...).predict`` does), ONNX Runtime's ``sess.run`` with numpy inputs. (Until
 session 36 the TVM side ran ``invoke_stateful`` in TVM's ``time_evaluator``, inputs set once and
 outputs left on the device: it left out what a user's call pays and ONNX Runtime's side paid.)
@@ -146,12 +146,13 @@ def ort_block_timer(sess, inputs, block_ms: float):
 
 def predict_block_timer(vm, inputs, device, block_ms: float):
     """A callable timing one block of the compiled model's calls as its user makes them
-    (:func:`dynatune.runtime.run_vm`: numpy arrays in, copied to the device, numpy arrays out), as ONNX
+    (:class:`dynatune.runtime.VMCall`: numpy arrays in, copied to the device, numpy arrays out), as ONNX
     Runtime's side is timed; ``inputs``: name -> array, in the model's input order."""
-    from dynatune.runtime import run_vm
+    from dynatune.runtime import VMCall
 
-    main, arrays = vm["main"], list(inputs.values())
-    return call_block_timer(lambda: run_vm(main, device, arrays), block_ms)
+    arrays = list(inputs.values())
+    call = VMCall(vm, device, [(a.shape, str(a.dtype)) for a in arrays])
+    return call_block_timer(lambda: call(arrays), block_ms)
 
 
 def interleave(timers, rounds: int, pause_s: float = 0.0) -> list[list[float]]:

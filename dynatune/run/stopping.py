@@ -20,7 +20,9 @@ share of 5 %). It never stops:
 - before every task has had its first batch (unless the tasks still waiting are, all of them together, worth
   less than the share, so that even their whole latency could not buy it, or are at their roofs already);
 - on one check: ``patience`` rounds in a row, each with its new measurements, must agree, so one slot's luck
-  (a jump that makes the rest look small, a zero gain that makes a task look converged) cannot end a run.
+  (a jump that makes the rest look small, a zero gain that makes a task look converged) cannot end a run;
+- with less than a slot of the budget left: the budget ends the run then (a rest of nothing "buys nothing",
+  and counted as a stop it made a run that spent its whole budget say it had stopped early).
 
 A resumed run (:class:`~dynatune.run.tuner.Tuner`) does not repeat a recorded stop blindly: with a larger
 budget or another set of tasks the rule starts its count again, so it looks again after at least one new
@@ -137,6 +139,8 @@ class BeliefStopping(StoppingRule):
         waiting = [t for t in ctx.tasks if not t.exhausted and not t.history and not self.beliefs.limit(t)]
         untuned = math.fsum(t.weight * t.best_s if _valid(t.best_s) else math.inf for t in waiting)
         figures = dict(threshold_s=threshold, model_s=model_s, slots_left=slots)
+        if slots < 1:  # nothing left to save: the budget ends the run, not the rule (its count stays)
+            return StopCheck(False, "less than a slot of the budget is left", streak=self.streak, **figures)
         if waiting and untuned >= threshold:  # below it, all of them together could not gain the share
             self.streak = 0
             return StopCheck(False, f"{len(waiting)} task(s) still wait for their first batch", **figures)

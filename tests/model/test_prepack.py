@@ -54,12 +54,17 @@ def test_extraction_keys_match_the_compiled_functions(tiny_model, tiny_tasks, cp
 
 def test_same_operator_in_another_model_shares_its_key(tiny_tasks, cpu_target, tmp_path):
     tasks = tiny_tasks
-    other = load_model(
-        make_tiny_onnx(str(tmp_path / "other.onnx"), seed=1, extra_layer=True), {"x": (1, 3, 16, 16)}
-    )
-    other_keys = {t.key for t in extract_tasks(other, cpu_target)}
-    assert {t.key for t in tasks} <= other_keys  # other weights, same operators
-    assert len(other_keys) > len(tasks)
+    keys = {t.key for t in tasks}
+
+    def keys_of(**kw):
+        other = load_model(make_tiny_onnx(str(tmp_path / "other.onnx"), seed=1, **kw), {"x": (1, 3, 16, 16)})
+        return {t.key for t in extract_tasks(other, cpu_target)}
+
+    assert keys_of() == keys  # other weights, same operators
+    # one more conv: its operators are new; the pooling after it is new too where the target's register
+    # blocks pad the conv's channels (AVX2: the mean slices them back); every other key is shared
+    bigger = keys_of(extra_layer=True)
+    assert len(keys - bigger) <= 1 and len(bigger) > len(keys)
 
 
 @pytest.mark.slow

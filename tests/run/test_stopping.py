@@ -77,6 +77,16 @@ def test_a_shorter_rest_buys_less_and_the_rule_stops_sooner():
     assert not early.stop and late.stop
 
 
+def test_the_end_of_the_budget_is_no_stop():
+    """With less than a slot left, the rest buys nothing, and that says nothing of the model: the budget ends
+    the run (a 300 s mnasnet0_5 run said it had stopped early at 302 s, with nothing saved)."""
+    converged = [task(0, 1e-3, 0.99e-3), task(1, 4e-4, 0.385e-3)]
+    rule = BeliefStopping(min_gain_share=0.01, patience=1)
+    check = rule.check(ctx(converged, elapsed=899.0))
+    assert not check.stop and check.reason == "less than a slot of the budget is left" and check.streak == 0
+    assert rule.check(ctx(converged, elapsed=100.0)).stop
+
+
 def test_many_small_tasks_together_keep_a_run_going():
     """Each task alone could gain less than the share, all of them together more: the rest is spent where it
     gains most, so the run goes on (a rule that looked at one task at a time would stop it)."""

@@ -243,6 +243,8 @@ def _fakes(report_=True):
         max_abs_err=1e-6,
         numerics_ok=True,
         artifact="/w/model.so",
+        metadata=None,  # the artifact's metadata and threads: only when known (a test below sets them)
+        threads=None,
         ratio_vs_onnxruntime=0.75,
         ratio_vs_onnxruntime_min=0.7,
         ratio_vs_onnxruntime_max=0.8,
@@ -270,6 +272,10 @@ def test_the_pipeline_writes_the_keys_it_always_wrote():
     assert d["speedup_vs_untuned"] == pytest.approx(6.0)
     assert d["estimated_model_latency_ms"] == pytest.approx(1.5)
     # without the final compile (nor profile, nor MLflow, nor seeds): the keys that are always there
+    cfg, model, tasks, tuner, rep, periodic = _fakes()
+    rep.metadata, rep.threads = "/w/model.json", 2
+    known = pipeline.make_summary(cfg, model, tasks, tuner, rep, periodic, wall_s=1.0).to_dict()
+    assert known["artifact_metadata"] == "/w/model.json" and known["threads"] == 2
     bare = pipeline.make_summary(*_fakes(report_=False), wall_s=1.0)
     bare.library, bare.start_estimated_latency_ms = None, 9.5
     bare = bare.model_copy(update=pipeline.residual_fields(bare.estimated_latency_ms, _fakes()[3], None))

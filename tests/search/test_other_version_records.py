@@ -13,10 +13,12 @@ from dynatune.search.database import TuningDatabase
 
 @pytest.fixture(scope="module")
 def pooling_tasks(tmp_path_factory, cpu_target):
-    """The pooling task of version 1 and of version 2 (one more layer before it): one key, other names."""
+    """The pooling task of version 1 and of version 2 (one more layer before it): one key, other names.
+    (16 channels: whole register blocks on AVX2 and AVX-512 alike; with 8, AVX2 pads the extra layer's
+    channels and its pooling slices them back, another task.)"""
     d = tmp_path_factory.mktemp("versions")
-    v1 = make_tiny_onnx(str(d / "v1.onnx"), batch=1, channels=8)
-    v2 = make_tiny_onnx(str(d / "v2.onnx"), batch=1, channels=8, extra_layer=True)
+    v1 = make_tiny_onnx(str(d / "v1.onnx"), batch=1, channels=16)
+    v2 = make_tiny_onnx(str(d / "v2.onnx"), batch=1, channels=16, extra_layer=True)
     first = {t.key: t for t in extract_tasks(load_model(v1), cpu_target) if t.name.startswith("mean")}
     second = [t for t in extract_tasks(load_model(v2), cpu_target) if t.key in first]
     assert len(second) == 1
