@@ -83,7 +83,7 @@ def registry(tmp_path_factory, prefect_stack):
         t0 = time.perf_counter()
         out["version1"] = register_model(uri, NAME, v1, str(d / "artifacts"))
         out["pass1"] = watch()  # tunes version 1
-        from tasks.registry import champion
+        from dynatune.tasks.registry import champion
 
         out["champion_after_pass1"] = champion(uri, NAME)  # version 2's pass may move it
         out["pass2"] = watch()  # nothing new
