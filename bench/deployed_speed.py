@@ -197,6 +197,11 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
 
     wd = WorkDir(work_dir)
     summary = RunSummary.load(wd.summary)
+    if not summary.artifact or not summary.tuned_model_uri:
+        raise SystemExit(
+            f"{work_dir}: its summary names no compiled model (its last pass did not compile): "
+            "`dynatune compile` it first"
+        )
     meta = read_metadata(summary.artifact)
     with open(wd.config) as f:
         config = json.load(f)

@@ -125,9 +125,21 @@ def test_lowering_ab_times_artifacts_side_by_side_as_their_users_call_them(compi
 @pytest.mark.slow  # a fresh process per way of loading the model
 def test_deployed_speed_loads_each_way_in_a_fresh_process(tiny_run, tmp_path):
     from bench.deployed_speed import ONCE, OPENVINO_WAY, REPEATED, main
+    from dynatune.files import WorkDir
 
+    bare = WorkDir(str(tmp_path / "bare"))  # a summary naming no compiled model: one line
+    os.makedirs(os.path.dirname(bare.summary))
+    with open(bare.summary, "w") as f:
+        json.dump({}, f)
+    with pytest.raises(SystemExit, match="names no compiled model"):
+        main([str(bare), "--out", str(tmp_path / "bare.json")])
+    # the session's run as it finished (tests/run/test_pipeline.py resumes it later without a compile)
+    work = WorkDir(str(tmp_path / "work"))
+    shutil.copytree(tiny_run["work"], str(work))
+    with open(work.summary, "w") as f:
+        json.dump(tiny_run["summary"], f)
     argv = [
-        tiny_run["work"],
+        str(work),
         "--rounds",
         "2",
         "--block-ms",
