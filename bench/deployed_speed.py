@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench.harness import parser, results_path, write_json
+from bench.harness import parser, results_path, spread, write_json
 
 RUN_WAY, OPENVINO_WAY = "run's timing, again", "loader beside OpenVINO"
 REPEATED = (RUN_WAY, "loader", "pyfunc")  # timed --repeats times each, interleaved
@@ -137,6 +137,12 @@ def _ratios(tvm_ms, ort_ms) -> list[float]:
     return [a / b for a, b in zip(tvm_ms, ort_ms)]
 
 
+def _spread_as(name: str, values) -> dict:
+    """``{name: median, name_min: min, name_max: max}`` of ``values`` (:func:`bench.harness.spread`)."""
+    s = spread(values)
+    return {name: float(s["median"]), f"{name}_min": s["min"], f"{name}_max": s["max"]}
+
+
 def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
     """One fresh process of ``way``: its per-round ratios, medians, load time and threads."""
     import numpy as np
@@ -162,9 +168,7 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
         got = run_child(spec | {"way": way, "openvino": way == OPENVINO_WAY}, env)
     ratios = _ratios(got["ms"], got["ort_ms"])
     out = {
-        "ratio": float(np.median(ratios)),
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
+        **_spread_as("ratio", ratios),
         "ms": float(np.median(got["ms"])),
         "onnxruntime_ms": float(np.median(got["ort_ms"])),
         "threads": got["threads"],
@@ -177,9 +181,7 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
         out |= {
             "openvino_ms": float(np.median(got["openvino_ms"])),
             "openvino_vs_onnxruntime": float(np.median(_ratios(got["openvino_ms"], got["ort_ms"]))),
-            "vs_fastest": float(np.median(fastest)),
-            "vs_fastest_min": min(fastest),
-            "vs_fastest_max": max(fastest),
+            **_spread_as("vs_fastest", fastest),
         }
     return out
 
@@ -188,7 +190,6 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
     """Every way for one run's artifact: the repeated ways (:data:`REPEATED`) ``repeats`` times each,
     interleaved (run's timing, loader, pyfunc, run's timing, ...), the others once; per way the median over
     its processes of their median ratios, with the processes' min and max."""
-    import numpy as np
 
     from dynatune.files import WorkDir
     from dynatune.model.importer import load_model
@@ -252,7 +253,7 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
     rerun = None
     for way, w in row["ways"].items():
         medians = [p["ratio"] for p in w["processes"]]
-        w |= {"ratio": float(np.median(medians)), "ratio_min": min(medians), "ratio_max": max(medians)}
+        w |= _spread_as("ratio", medians)
         if way == RUN_WAY:
             rerun = w["ratio"]
     for w in row["ways"].values():
