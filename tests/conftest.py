@@ -97,7 +97,7 @@ search: {{trials_per_iter: 4, population_size: 32}}
 measure: {{repeat: 3, min_repeat_ms: 5}}
 # the final timing at once (waiting for a quiet machine is tests/machine/test_load.py's part); the untuned
 # model's timing and the profile are tests/compiler/test_vs_onnxruntime.py's
-compile: {{timing_attempts: 1, measure_untuned: false, profile: false}}
+compile: {{timing_attempts: 1, timing_processes: 1, measure_untuned: false, profile: false}}
 tracking: {{run_name: e2e, tags: {{purpose: test}}}}
 """
 
@@ -147,5 +147,6 @@ def compiled_tiny(tmp_path_factory, cpu_target):
         threads=2,
         measure_untuned=False,
         repeat=2,
+        timing_processes=1,
     )
     return {"library": report.artifact, "metadata": report.metadata, "onnx": onnx_path, "report": report}

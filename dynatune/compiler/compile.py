@@ -10,9 +10,9 @@ ONNX Runtime, and time it.
   ``rel_tol`` (1e-4 by default). The report carries the max over the inputs and each input's error.
 - :func:`compile_and_verify`: all of it, into a :class:`CompileReport`, which also carries the untuned
   TVM latency and ONNX Runtime's latency with the same thread count, so a run always says where it
-  stands. The compiled model and ONNX Runtime are timed side by side in a fresh process
-  (:mod:`dynatune.compiler.fresh_timing`: alternating rounds), so their ratio holds even when the
-  machine's speed drifts; on a machine that stays busy the report says the ratio was taken under load.
+  stands. The compiled model and ONNX Runtime are timed side by side in fresh processes
+  (:mod:`dynatune.compiler.fresh_timing`: alternating rounds; ``timing_processes`` of them), so their
+  ratio holds even when the machine's speed drifts; on a machine that stays busy the report says the ratio was taken under load.
 
 Prepacked weights (CPU targets, ``compile.prepack``, on by default): a tuned conv2d/dense/matmul may read
 its weight in a layout of its own choosing (MetaSchedule's ``RewriteLayout``). The compiler splits each
@@ -72,6 +72,8 @@ class CompileReport:
     ratio_vs_onnxruntime_min: float | None = None
     ratio_vs_onnxruntime_max: float | None = None
     side_by_side_rounds: int = 0
+    # each fresh timing process's median ratio (ratio_vs_onnxruntime is their median)
+    ratio_vs_onnxruntime_per_process: list[float] = field(default_factory=list)
     # the machine stayed busy during the side-by-side timing (dynatune.machine.load): the ratio is not a
     # fair one; timing_load_cores: the cores other work took from it; timing_attempts: timings tried
     timing_under_load: bool = False
@@ -207,6 +209,7 @@ def compile_and_verify(
     repeat: int = 10,
     lowering: Lowering = Lowering(),
     quiet: QuietPolicy = QuietPolicy(),
+    timing_processes: int = 3,
     on_stage=None,
 ) -> CompileReport:
     """``on_stage(name)`` is called as each stage starts: "compile", "verify", "timing", "untuned model".
@@ -241,6 +244,7 @@ def compile_and_verify(
             rounds=repeat,
             seed=seed,
             quiet=quiet,
+            processes=timing_processes,
         )
         artifact_metadata.record_timing(artifact_path, sbs)
         lat, std, ort_ms = sbs.tvm_median_ms, float(np.std(sbs.tvm_ms)), sbs.ort_median_ms
@@ -249,6 +253,7 @@ def compile_and_verify(
             ratio_vs_onnxruntime_min=sbs.ratio_min,
             ratio_vs_onnxruntime_max=sbs.ratio_max,
             side_by_side_rounds=len(sbs.tvm_ms),
+            ratio_vs_onnxruntime_per_process=sbs.process_ratios or [sbs.ratio_median],
             timing_under_load=sbs.under_load,
             timing_load_cores=sbs.load_cores,
             timing_attempts=sbs.attempts,

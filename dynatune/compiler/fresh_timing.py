@@ -6,11 +6,14 @@ loop of ``sess.run`` calls that needs the GIL after every call: on a 0.2 ms mode
 timings put ONNX Runtime at 0.28-0.47 ms where a fresh process put it at 0.19 ms, and reported a parity
 that was not there. TVM's side runs in C++ and does not see it.
 
-:func:`time_in_fresh_process` therefore runs :func:`dynatune.compiler.timing.time_side_by_side` in a child
-process (``python -m dynatune.compiler.fresh_timing``) on an exported artifact and the model's ONNX file
+:func:`time_in_fresh_process` therefore runs :func:`dynatune.compiler.timing.time_side_by_side` in child
+processes (``python -m dynatune.compiler.fresh_timing``) on an exported artifact and the model's ONNX file
 (at the shapes the model was tuned for), with the same threads and the same inputs
 (``random_inputs(seed)``) as the tuning process; the child gets its spec as JSON on stdin and prints the
-result as JSON.
+result as JSON. One process is not enough on a shared machine: the same artifact, timed this way twice in a
+row, read 1.237 then 1.111 (its rounds share one thread placement and memory layout), and the ratio a run
+reported was 1.02-1.34x the one its user then measured. So ``processes`` children (3 in a run) time it one
+after another, and the ratio is the median of their medians (:func:`dynatune.compiler.timing.pooled`).
 
 A shared machine: before each timing the parent probes the load on its cores
 (:mod:`dynatune.machine.load`), and the child measures it during the rounds. When either is busy
@@ -28,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from dynatune.compiler.timing import SideBySide
+from dynatune.compiler.timing import SideBySide, pooled
 from dynatune.errors import DynatuneError
 from dynatune.machine.load import Load, QuietPolicy, probe
 
@@ -45,10 +48,12 @@ def time_in_fresh_process(
     seed: int = 0,
     block_ms: float = 200.0,
     quiet: QuietPolicy = QuietPolicy(),
+    processes: int = 1,
 ) -> SideBySide:
-    """Time ``artifact`` (an exported model) against ONNX Runtime on ``model``'s ONNX file in a child
-    process; ``model`` is a :class:`dynatune.model.importer.Model` (its path and input shapes are used).
-    On a busy machine the timing is retried, then flagged (``under_load``), as ``quiet`` says."""
+    """Time ``artifact`` (an exported model) against ONNX Runtime on ``model``'s ONNX file in ``processes``
+    child processes, one after another (their rounds pooled, the ratio the median of theirs); ``model`` is
+    a :class:`dynatune.model.importer.Model` (its path and input shapes are used). On a busy machine each
+    timing is retried, then flagged (``under_load``), as ``quiet`` says."""
     from dynatune.machine.target import usable_cores
 
     if not os.path.isfile(artifact):  # before any probing or waiting
@@ -65,7 +70,7 @@ def time_in_fresh_process(
         "seed": seed,
         "block_ms": block_ms,
     }
-    return _quiet_timing(spec, artifact, threads, quiet)
+    return pooled([_quiet_timing(spec, artifact, threads, quiet) for _ in range(processes)])
 
 
 def time_against_baseline(

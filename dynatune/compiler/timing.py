@@ -41,6 +41,8 @@ class SideBySide:
     load_before: dict | None = None  # ... just before them (fresh_timing)
     under_load: bool = False  # the machine stayed busy: the ratio is not a fair one (fresh_timing)
     attempts: int = 1  # timings tried to get one on a quiet machine
+    # each fresh process's median ratio, when the rounds come from several processes (:func:`pooled`)
+    process_ratios: list[float] | None = None
 
     @property
     def load_cores(self) -> float | None:
@@ -61,7 +63,10 @@ class SideBySide:
 
     @property
     def ratio_median(self) -> float:
-        return float(np.median(self.ratios))
+        """The median of the per-round ratios; over several processes, the median of their medians (a
+        process's rounds share its thread placement and memory layout: on a shared machine its ratio moves
+        by 10-20 % from one process to the next, so the processes, not the rounds, are the samples)."""
+        return float(np.median(self.process_ratios or self.ratios))
 
     @property
     def ratio_min(self) -> float:
@@ -87,13 +92,31 @@ class SideBySide:
             "under_load": self.under_load,
             "attempts": self.attempts,
             "load_cores": self.load_cores,
+            "process_ratios": self.process_ratios,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> "SideBySide":
         """The inverse of :meth:`as_dict` (the fresh timing process prints that)."""
-        keys = ("tvm_ms", "ort_ms", "load", "load_before", "under_load", "attempts")
+        keys = ("tvm_ms", "ort_ms", "load", "load_before", "under_load", "attempts", "process_ratios")
         return cls(**{k: d[k] for k in keys if k in d})
+
+
+def pooled(timings: list[SideBySide]) -> SideBySide:
+    """Several processes' timings as one: their rounds together, each process's median ratio
+    (``process_ratios``), the load of the busiest, under load if any was, and every attempt counted."""
+    if len(timings) == 1:
+        return timings[0]
+    busiest = max(timings, key=lambda t: t.load_cores or 0.0)
+    return SideBySide(
+        tvm_ms=[ms for t in timings for ms in t.tvm_ms],
+        ort_ms=[ms for t in timings for ms in t.ort_ms],
+        load=busiest.load,
+        load_before=busiest.load_before,
+        under_load=any(t.under_load for t in timings),
+        attempts=sum(t.attempts for t in timings),
+        process_ratios=[t.ratio_median for t in timings],
+    )
 
 
 def block_timer(make_evaluator, args, block_ms: float):

@@ -74,6 +74,9 @@ class CompileSection(Section):
     # it is kept as taken under load (dynatune.machine.load)
     timing_attempts: int = Field(3, ge=1)
     timing_wait_s: float = Field(10.0, ge=0)
+    # the final timing against ONNX Runtime runs in this many fresh processes, one after another; the ratio
+    # is the median of theirs (one process's ratio moves by 10-20 % from one process to the next here)
+    timing_processes: int = Field(3, ge=1)
 
     def lowering(self) -> Lowering:
         """How the model is lowered to tasks (extraction and compile share it); the fields a run decides

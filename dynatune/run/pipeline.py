@@ -88,6 +88,7 @@ def compile_verify(model, target, database, cfg, artifact: str, on_stage=None, l
         measure_onnxruntime=cfg.compile.measure_onnxruntime,
         lowering=lowering or cfg.compile.lowering(),
         quiet=cfg.compile.quiet(),
+        timing_processes=cfg.compile.timing_processes,
         on_stage=on_stage,
     )
 
@@ -374,6 +375,7 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSumma
             ratio_vs_onnxruntime=report.ratio_vs_onnxruntime,
             ratio_vs_onnxruntime_min=report.ratio_vs_onnxruntime_min,
             ratio_vs_onnxruntime_max=report.ratio_vs_onnxruntime_max,
+            ratio_vs_onnxruntime_per_process=report.ratio_vs_onnxruntime_per_process or None,
             timing_under_load=report.timing_under_load,
             timing_load_cores=report.timing_load_cores,
             timing_attempts=report.timing_attempts,

@@ -94,10 +94,15 @@ class RunSummary(BaseModel):
     )
     work_dir: str | None = Field(None, description="the run's work directory")
     ratio_vs_onnxruntime: float | None = Field(
-        None, description="TVM / ONNX Runtime latency, timed side by side: median of the rounds' ratios"
+        None,
+        description="TVM / ONNX Runtime latency, timed side by side in fresh processes: the median of each "
+        "process's median of its rounds' ratios",
     )
-    ratio_vs_onnxruntime_min: float | None = Field(None, description="the smallest of those ratios")
-    ratio_vs_onnxruntime_max: float | None = Field(None, description="the largest of those ratios")
+    ratio_vs_onnxruntime_min: float | None = Field(None, description="the smallest round's ratio")
+    ratio_vs_onnxruntime_max: float | None = Field(None, description="the largest round's ratio")
+    ratio_vs_onnxruntime_per_process: list[float] | None = Field(
+        None, description="each timing process's median ratio (compile.timing_processes of them)"
+    )
     timing_under_load: bool | None = Field(
         None,
         description="the machine stayed busy through the side-by-side timing's retries: the ratio was taken "
@@ -165,6 +170,7 @@ class RunSummary(BaseModel):
         "timing_under_load",
         "timing_load_cores",
         "timing_attempts",
+        "ratio_vs_onnxruntime_per_process",
         "speedup_vs_untuned",
         "speedup_vs_onnxruntime",
         "profile",

@@ -12,7 +12,7 @@ from dynatune.compiler.compile import build, compile_and_verify, export
 from dynatune.compiler.execution import onnxruntime_outputs, relax_vm
 from dynatune.compiler.fresh_timing import time_in_fresh_process
 from dynatune.compiler.profile import make_vm, write_profile
-from dynatune.compiler.timing import alternate, time_side_by_side
+from dynatune.compiler.timing import SideBySide, alternate, pooled, time_side_by_side
 from dynatune.errors import DynatuneError
 from dynatune.machine.roofline import Roofline
 from dynatune.search.session import TuningSession
@@ -28,6 +28,20 @@ def test_alternate_swaps_the_order_every_round():
 
 
 @pytest.mark.slow  # 5-7 s: the fast tier stays under 3 minutes on a Zen 4 core
+def test_pooled_processes_give_the_median_of_their_ratios_and_keep_the_worst_load():
+    quiet = {"other_cores": 0.01, "steal_cores": 0.0, "cores": 2, "seconds": 1.0, "busy_cores": 0.01}
+    busy = dict(quiet, other_cores=0.9, busy_cores=0.9)
+    a = SideBySide([1.0, 1.2, 1.1], [1.0, 1.0, 1.0], load=quiet)  # ratio 1.1
+    b = SideBySide([2.0, 2.0], [1.0, 1.0], load=busy, under_load=True, attempts=2)  # ratio 2.0
+    c = SideBySide([0.9, 0.9], [1.0, 1.0], load=quiet)  # ratio 0.9
+    p = pooled([a, b, c])
+    assert p.process_ratios == pytest.approx([1.1, 2.0, 0.9]) and p.ratio_median == pytest.approx(1.1)
+    assert len(p.tvm_ms) == 7 and p.ratio_min == pytest.approx(0.9) and p.ratio_max == pytest.approx(2.0)
+    assert p.under_load and p.attempts == 4 and p.load_cores == pytest.approx(0.9)
+    assert SideBySide.from_dict(p.as_dict()).ratio_median == pytest.approx(1.1)  # through the child's JSON
+    assert pooled([a]) is a and a.ratio_median == pytest.approx(1.1)
+
+
 def test_side_by_side_with_onnxruntime(tiny_model, cpu_target, tmp_path):
     import tvm
 
@@ -53,8 +67,11 @@ def test_side_by_side_with_onnxruntime(tiny_model, cpu_target, tmp_path):
         repeat=3,
         measure_untuned=False,
         quiet=NO_WAIT,
+        timing_processes=2,
     )
-    assert rep.numerics_ok and rep.side_by_side_rounds == 3
+    # two fresh processes of 3 rounds each; the ratio is the median of the processes' medians
+    assert rep.numerics_ok and rep.side_by_side_rounds == 6 and len(rep.ratio_vs_onnxruntime_per_process) == 2
+    assert rep.ratio_vs_onnxruntime == pytest.approx(float(np.median(rep.ratio_vs_onnxruntime_per_process)))
     assert rep.ratio_vs_onnxruntime_min <= rep.ratio_vs_onnxruntime <= rep.ratio_vs_onnxruntime_max
     assert rep.latency_ms > 0 and rep.onnxruntime_latency_ms > 0
 

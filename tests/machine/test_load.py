@@ -71,6 +71,7 @@ def test_a_final_timing_on_a_busy_core_is_retried_then_flagged(tmp_path, tiny_on
             measure_untuned=False,
             repeat=3,
             quiet=quiet,
+            timing_processes=1,
         )
     finally:
         busy.kill()

@@ -80,6 +80,7 @@ def test_two_sessions_resume_compile_and_verify(small_net, cpu_target, tmp_path)
         threads=2,
         repeat=3,
         quiet=no_wait_policy(),
+        timing_processes=1,
     )
     s2.close()
     assert report.numerics_ok and report.max_rel_err < 1e-4
