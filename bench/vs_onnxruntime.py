@@ -65,7 +65,7 @@ def time_fresh(model: str, artifact: str, rounds: int) -> dict:
     return {
         "tvm_ms": t.tvm_median_ms,
         "onnxruntime_ms": t.ort_median_ms,
-        "ratio": t.ratio_median,
+        "ratio": t.ratio,
         "ratio_spread": [t.ratio_min, t.ratio_max],
         "rounds": rounds,
         "threads": threads,

@@ -120,7 +120,7 @@ class PeriodicMeasurement:
             elapsed_s=self.tuner.elapsed_s,
             latency_ms=timing.tvm_median_ms,
             onnxruntime_ms=timing.ort_median_ms,
-            ratio=timing.ratio_median,
+            ratio=timing.ratio,
             ratio_spread=[timing.ratio_min, timing.ratio_max],
             estimated_ms=session.estimated_latency() * 1e3,
             seconds=time.perf_counter() - t0,

@@ -95,13 +95,13 @@ class RunSummary(BaseModel):
     work_dir: str | None = Field(None, description="the run's work directory")
     ratio_vs_onnxruntime: float | None = Field(
         None,
-        description="TVM / ONNX Runtime latency, timed side by side in fresh processes: the median of each "
-        "process's median of its rounds' ratios",
+        description="TVM / ONNX Runtime latency, timed side by side in fresh processes: each side's fastest "
+        "block against the other's (dynatune.compiler.timing.best_ratio), the median over the processes",
     )
     ratio_vs_onnxruntime_min: float | None = Field(None, description="the smallest round's ratio")
     ratio_vs_onnxruntime_max: float | None = Field(None, description="the largest round's ratio")
     ratio_vs_onnxruntime_per_process: list[float] | None = Field(
-        None, description="each timing process's median ratio (compile.timing_processes of them)"
+        None, description="each timing process's ratio (compile.timing_processes of them)"
     )
     timing_under_load: bool | None = Field(
         None,
