@@ -21,10 +21,10 @@ and the run's MLflow store), fresh processes, one per way of loading:
 
 On this shared 2-core machine a process's ratio moves by 10-20 % from one process to the next (seen here:
 the same artifact, timed the run's way twice in a row, 1.237 then 1.111). So the first three ways run
-``--repeats`` processes each, interleaved, and each way's figure is the median of its processes' ratios,
-with their min-max; the others run once. A process's ratio is what a run reports
-(:func:`dynatune.compiler.timing.best_ratio`): its fastest dynatune block over ONNX Runtime's fastest; the
-median of its rounds' ratios is kept beside it (``ratio_median``).
+``--repeats`` processes each, interleaved; the others run once. A way's ratio is what a run reports
+(:func:`dynatune.compiler.timing.best_ratio`): its fastest dynatune block among its processes over ONNX
+Runtime's fastest, with the min-max of its processes' own ratios; each process's median of its rounds'
+ratios is kept beside them (``ratio_median``).
 
 Each process times ``predict`` (numpy in, numpy out, as a user calls it) and ONNX Runtime's ``sess.run``
 (its defaults, as many intra-op threads as the model was timed with) in alternating blocks, the order
@@ -175,6 +175,8 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
         **_spread_as("ratio", ratios),
         "ratio_median": float(np.median(ratios)),
         "ratio": best_ratio(got["ms"], got["ort_ms"]),  # what a run reports (dynatune.compiler.timing)
+        "ms_best": min(got["ms"]),
+        "onnxruntime_ms_best": min(got["ort_ms"]),
         "ms": float(np.median(got["ms"])),
         "onnxruntime_ms": float(np.median(got["ort_ms"])),
         "threads": got["threads"],
@@ -196,8 +198,8 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
 
 def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_openvino: bool) -> dict:
     """Every way for one run's artifact: the repeated ways (:data:`REPEATED`) ``repeats`` times each,
-    interleaved (run's timing, loader, pyfunc, run's timing, ...), the others once; per way the median over
-    its processes of their ratios (:func:`one_timing`), with the processes' min and max."""
+    interleaved (run's timing, loader, pyfunc, run's timing, ...), the others once; per way each side's
+    fastest block among its processes (:func:`one_timing`), with the processes' own ratios' min and max."""
 
     from dynatune.files import WorkDir
     from dynatune.model.importer import load_model
@@ -260,8 +262,12 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
             )
     rerun = None
     for way, w in row["ways"].items():
-        medians = [p["ratio"] for p in w["processes"]]
-        w |= _spread_as("ratio", medians)
+        # as a run reports it: each side's fastest block among all the way's processes; the min-max of
+        # the processes' own ratios beside it
+        w |= _spread_as("ratio", [p["ratio"] for p in w["processes"]])
+        w["ratio"] = min(p["ms_best"] for p in w["processes"]) / min(
+            p["onnxruntime_ms_best"] for p in w["processes"]
+        )
         if way == RUN_WAY:
             rerun = w["ratio"]
     for w in row["ways"].values():

@@ -68,8 +68,8 @@ class CompileReport:
     threads: int
     compile_s: float
     # side by side with ONNX Runtime (None when it was not measured): TVM latency / ONNX Runtime latency
-    # (< 1: TVM is faster), each side's fastest block against the other's, the median over the timing
-    # processes (dynatune.compiler.timing.best_ratio); min and max: of the per-round ratios
+    # (< 1: TVM is faster), each side's fastest block against the other's, over every timing process
+    # (dynatune.compiler.timing.best_ratio); min and max: of the per-round ratios
     ratio_vs_onnxruntime: float | None = None
     ratio_vs_onnxruntime_min: float | None = None
     ratio_vs_onnxruntime_max: float | None = None

@@ -13,7 +13,8 @@ processes (``python -m dynatune.compiler.fresh_timing``) on an exported artifact
 result as JSON. One process is not enough on a shared machine: the same artifact, timed this way twice in a
 row, read 1.237 then 1.111 (its rounds share one thread placement and memory layout), and the ratio a run
 reported was 1.02-1.34x the one its user then measured. So ``processes`` children (3 in a run) time it one
-after another, and the ratio is the median of their medians (:func:`dynatune.compiler.timing.pooled`).
+after another, and the ratio takes each side's fastest block among all their rounds
+(:func:`dynatune.compiler.timing.pooled`, :func:`dynatune.compiler.timing.best_ratio`).
 
 A shared machine: before each timing the parent probes the load on its cores
 (:mod:`dynatune.machine.load`), and the child measures it during the rounds. When either is busy
@@ -51,7 +52,7 @@ def time_in_fresh_process(
     processes: int = 1,
 ) -> SideBySide:
     """Time ``artifact`` (an exported model) against ONNX Runtime on ``model``'s ONNX file in ``processes``
-    child processes, one after another (their rounds pooled, the ratio the median of theirs); ``model`` is
+    child processes, one after another (their rounds pooled); ``model`` is
     a :class:`dynatune.model.importer.Model` (its path and input shapes are used). On a busy machine each
     timing is retried, then flagged (``under_load``), as ``quiet`` says."""
     from dynatune.machine.target import usable_cores

@@ -75,7 +75,8 @@ class CompileSection(Section):
     timing_attempts: int = Field(3, ge=1)
     timing_wait_s: float = Field(10.0, ge=0)
     # the final timing against ONNX Runtime runs in this many fresh processes, one after another; the ratio
-    # is the median of theirs (one process's ratio moves by 10-20 % from one process to the next here)
+    # takes each side's fastest block among them all (one process's ratio moves by 10-20 % from one process
+    # to the next here)
     timing_processes: int = Field(3, ge=1)
 
     def lowering(self) -> Lowering:

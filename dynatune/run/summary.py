@@ -96,7 +96,7 @@ class RunSummary(BaseModel):
     ratio_vs_onnxruntime: float | None = Field(
         None,
         description="TVM / ONNX Runtime latency, timed side by side in fresh processes: each side's fastest "
-        "block against the other's (dynatune.compiler.timing.best_ratio), the median over the processes",
+        "block against the other's, among all the processes' rounds (dynatune.compiler.timing.best_ratio)",
     )
     ratio_vs_onnxruntime_min: float | None = Field(None, description="the smallest round's ratio")
     ratio_vs_onnxruntime_max: float | None = Field(None, description="the largest round's ratio")
