@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench.harness import parser, results_path, spread, write_json
+from bench.harness import parser, results_path, write_json
 
 RUN_WAY, OPENVINO_WAY = "run's timing, again", "loader beside OpenVINO"
 REPEATED = (RUN_WAY, "loader", "pyfunc")  # timed --repeats times each, interleaved
@@ -140,12 +140,6 @@ def _ratios(tvm_ms, ort_ms) -> list[float]:
     return [a / b for a, b in zip(tvm_ms, ort_ms)]
 
 
-def _spread_as(name: str, values) -> dict:
-    """``{name: median, name_min: min, name_max: max}`` of ``values`` (:func:`bench.harness.spread`)."""
-    s = spread(values)
-    return {name: float(s["median"]), f"{name}_min": s["min"], f"{name}_max": s["max"]}
-
-
 def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
     """One fresh process of ``way``: its per-round ratios, medians, load time and threads."""
     import numpy as np
@@ -172,9 +166,10 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
         got = run_child(spec | {"way": way, "openvino": way == OPENVINO_WAY}, env)
     ratios = _ratios(got["ms"], got["ort_ms"])
     out = {
-        **_spread_as("ratio", ratios),
-        "ratio_median": float(np.median(ratios)),
         "ratio": best_ratio(got["ms"], got["ort_ms"]),  # what a run reports (dynatune.compiler.timing)
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "ratio_median": float(np.median(ratios)),
         "ms_best": min(got["ms"]),
         "onnxruntime_ms_best": min(got["ort_ms"]),
         "ms": float(np.median(got["ms"])),
@@ -189,9 +184,10 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
         out |= {
             "openvino_ms": float(np.median(got["openvino_ms"])),
             "openvino_vs_onnxruntime": best_ratio(got["openvino_ms"], got["ort_ms"]),
-            **_spread_as("vs_fastest", fastest),
-            # the fastest blocks: dynatune's against the faster runtime's
-            "vs_fastest": best_ratio(got["ms"], [min(min(got["ort_ms"]), min(got["openvino_ms"]))]),
+            # the fastest blocks: dynatune's against the faster runtime's; round by round beside it
+            "vs_fastest": best_ratio(got["ms"], got["ort_ms"] + got["openvino_ms"]),
+            "vs_fastest_min": min(fastest),
+            "vs_fastest_max": max(fastest),
         }
     return out
 
@@ -201,6 +197,7 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
     interleaved (run's timing, loader, pyfunc, run's timing, ...), the others once; per way each side's
     fastest block among its processes (:func:`one_timing`), with the processes' own ratios' min and max."""
 
+    from dynatune.compiler.timing import best_ratio
     from dynatune.files import WorkDir
     from dynatune.model.importer import load_model
     from dynatune.run.summary import RunSummary
@@ -264,10 +261,13 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
     for way, w in row["ways"].items():
         # as a run reports it: each side's fastest block among all the way's processes; the min-max of
         # the processes' own ratios beside it
-        w |= _spread_as("ratio", [p["ratio"] for p in w["processes"]])
-        w["ratio"] = min(p["ms_best"] for p in w["processes"]) / min(
-            p["onnxruntime_ms_best"] for p in w["processes"]
-        )
+        processes = w["processes"]
+        fastest = [p["ms_best"] for p in processes], [p["onnxruntime_ms_best"] for p in processes]
+        w |= {
+            "ratio": best_ratio(*fastest),
+            "ratio_min": min(p["ratio"] for p in processes),
+            "ratio_max": max(p["ratio"] for p in processes),
+        }
         if way == RUN_WAY:
             rerun = w["ratio"]
     for w in row["ways"].values():

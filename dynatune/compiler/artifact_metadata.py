@@ -77,7 +77,7 @@ def record_timing(library: str, sbs) -> dict:
         "ratio_vs_onnxruntime": sbs.ratio,
         "ratio_vs_onnxruntime_min": sbs.ratio_min,
         "ratio_vs_onnxruntime_max": sbs.ratio_max,
-        "ratio_vs_onnxruntime_per_process": sbs.process_ratios or [sbs.ratio],
+        "ratio_vs_onnxruntime_per_process": sbs.per_process_ratios,
         "rounds": len(sbs.tvm_ms),
         "under_load": bool(sbs.under_load),
         "load_cores": sbs.load_cores,

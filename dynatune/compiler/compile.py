@@ -255,7 +255,7 @@ def compile_and_verify(
             ratio_vs_onnxruntime_min=sbs.ratio_min,
             ratio_vs_onnxruntime_max=sbs.ratio_max,
             side_by_side_rounds=len(sbs.tvm_ms),
-            ratio_vs_onnxruntime_per_process=sbs.process_ratios or [sbs.ratio],
+            ratio_vs_onnxruntime_per_process=sbs.per_process_ratios,
             timing_under_load=sbs.under_load,
             timing_load_cores=sbs.load_cores,
             timing_attempts=sbs.attempts,

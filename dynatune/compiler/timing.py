@@ -69,16 +69,16 @@ class SideBySide:
         return float(np.median(self.ratios))
 
     @property
-    def ratio_best(self) -> float:
-        """Each side's fastest block against the other's (:func:`best_ratio`)."""
+    def ratio(self) -> float:
+        """The ratio a run reports: each side's fastest block against the other's (:func:`best_ratio`), over
+        every round of every process it pooled (a neighbour can keep one process's ONNX Runtime slow for its
+        whole few seconds, as it did for two of three in a run that read 1.254, 0.979 and 1.053)."""
         return best_ratio(self.tvm_ms, self.ort_ms)
 
     @property
-    def ratio(self) -> float:
-        """The ratio a run reports: :attr:`ratio_best`, over every round of every process it pooled (each
-        side's fastest block wherever it came from: a neighbour can keep one process's ONNX Runtime slow
-        for its whole few seconds, as it did for two of three in a run that read 1.254, 0.979 and 1.053)."""
-        return self.ratio_best
+    def per_process_ratios(self) -> list[float]:
+        """Each timing process's own :attr:`ratio` (one process: the ratio itself)."""
+        return self.process_ratios or [self.ratio]
 
     @property
     def ratio_min(self) -> float:
@@ -97,7 +97,6 @@ class SideBySide:
             "tvm_median_ms": self.tvm_median_ms,
             "ort_median_ms": self.ort_median_ms,
             "ratio_median": self.ratio_median,
-            "ratio_best": self.ratio_best,
             "ratio": self.ratio,
             "ratio_min": self.ratio_min,
             "ratio_max": self.ratio_max,
@@ -142,7 +141,7 @@ def pooled(timings: list[SideBySide]) -> SideBySide:
         load_before=busiest.load_before,
         under_load=any(t.under_load for t in timings),
         attempts=sum(t.attempts for t in timings),
-        process_ratios=[t.ratio_best for t in timings],
+        process_ratios=[t.ratio for t in timings],
     )
 
 
