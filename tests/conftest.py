@@ -36,6 +36,16 @@ def pytest_collection_finish(session):
         prepare_prefect_home_template()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def tensor_intrinsics_imported_fast():
+    """TVM's tensor intrinsics, imported the fast way (~1 s) once per test process: a test that makes a
+    MetaSchedule ``TuneContext`` first would otherwise import them the slow way (60 s seen in a test
+    worker; dynatune.search.intrinsics says why), whichever worker its module lands on."""
+    from dynatune.search.intrinsics import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def module_schedule_library(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:

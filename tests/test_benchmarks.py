@@ -108,6 +108,7 @@ def test_bench_calibration_scores_each_belief_model_on_the_recorded_traces(tmp_p
 
 
 # -- compiled models side by side ------------------------------------------------------------------
+@pytest.mark.slow  # compiles the tiny model (compiled_tiny: ~28 s, the fast tier's only user of it)
 def test_lowering_ab_times_artifacts_side_by_side_as_their_users_call_them(compiled_tiny, tmp_path):
     from bench.harness import SIDE_BY_SIDE
     from bench.lowering_ab import main

@@ -9,7 +9,7 @@ from helpers import LIGHT_MODELS, ROOT, import_and_extract, light_model, make_ti
 from dynatune.errors import DynatuneError
 from dynatune.model.importer import load_model, parse_shape
 
-BIG_LIGHT_MODELS = {"inception_v2", "shufflenet"}  # 12-30 s each: slow tier
+BIG_LIGHT_MODELS = {"inception_v2", "shufflenet", "bvlc_alexnet", "zfnet512"}  # 12-34 s each: slow tier
 # Left out to keep the suite in its 15 minutes, each adding no operator the others lack: densenet121 (48 s:
 # 120 convolutions joined by concatenations, as squeezenet and inception_v2 join theirs), inception_v1 (15 s)
 # and resnet50 (16 s; tests/model/test_layout_glue.py imports and lowers it)
@@ -17,7 +17,7 @@ IMPORTED_LIGHT_MODELS = [n for n in LIGHT_MODELS if n not in ("densenet121", "in
 
 
 # the slowest first: the workers finish together
-IMPORT_ORDER = ["inception_v2", "shufflenet", "squeezenet", "vgg19"]
+IMPORT_ORDER = ["inception_v2", "bvlc_alexnet", "zfnet512", "shufflenet", "squeezenet", "vgg19"]
 
 
 @pytest.fixture(scope="module")
