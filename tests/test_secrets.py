@@ -98,23 +98,31 @@ def test_tags_are_recorded_masked_and_passed_as_references():
     assert validate_dict(passed) == cfg
 
 
-def test_log_records_are_masked_whichever_logger_writes_them(caplog):
+def test_log_records_are_masked_whichever_logger_writes_them():
     import logging
 
     from dynatune.secrets import mask_log_records
 
     mask_log_records()
     log = logging.getLogger("prefect.flow_runs.test")
-    # caplog's handler on the logger itself: once Prefect has set up its logging in this process (an earlier
-    # test's flow), its loggers no longer propagate to the root logger caplog listens on
-    log.addHandler(caplog.handler)
+    # the records the logger emits, caught on the logger itself: once Prefect has set up its logging in this
+    # process (an earlier test's flow, on this test worker) its loggers may not propagate, be disabled or
+    # filter by level; the test sets each back afterwards
+    records, catch = [], logging.Handler()
+    catch.emit = records.append
+    saved = log.disabled, log.level, logging.root.manager.disable, log.filters
+    log.disabled, log.level, log.filters = False, logging.DEBUG, []
+    logging.disable(logging.NOTSET)
+    log.addHandler(catch)
     try:
         raise RuntimeError(f"cannot reach http://a:{PASSWORD}@h")
     except RuntimeError:
         log.exception("flow failed for %s", f"bob:{PASSWORD}/x@db")
     finally:
-        log.removeHandler(caplog.handler)
-    text = logging.Formatter().format(caplog.records[-1])
+        log.removeHandler(catch)
+        log.disabled, log.level, log.filters = saved[0], saved[1], saved[3]
+        logging.disable(saved[2])
+    text = logging.Formatter().format(records[-1])
     assert "bob:***@db" in text and "http://a:***@h" in text and PASSWORD not in text
 
 
