@@ -176,7 +176,7 @@ def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_targ
     assert results[1].error_msg == "LocalRunner: Timeout, killed after 5.0 seconds\n"
     assert all(len(r.run_secs) == 2 for i, r in enumerate(results) if i != 1)
     assert sent == ["measure_batch", "measure_batch"]  # the rest of the batch: one more call
-    assert 5 <= elapsed < 15
+    assert 5 <= elapsed < 25  # one timeout and a fresh worker, far below the batch's backstop: 5 s x 9 = 45 s
     assert not glob.glob(os.path.join(tempfile.gettempdir(), "dynatune-progress-*"))  # progress files removed
 
 
