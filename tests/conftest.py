@@ -38,9 +38,9 @@ def pytest_collection_finish(session):
 
 @pytest.fixture(scope="session", autouse=True)
 def tensor_intrinsics_imported_fast():
-    """TVM's tensor intrinsics, imported the fast way (~1 s) once per test process: a test that makes a
-    MetaSchedule ``TuneContext`` first would otherwise import them the slow way (60 s seen in a test
-    worker; dynatune.search.intrinsics says why), whichever worker its module lands on."""
+    """TVM's tensor intrinsics, imported the fast way (~1 s) once per test process, before any test: the
+    first ``TuneContext`` a test makes would otherwise import them the slow way (60 s seen;
+    dynatune.search.intrinsics says why), whichever test happens to run first in the process."""
     from dynatune.search.intrinsics import import_tensor_intrinsics
 
     import_tensor_intrinsics()

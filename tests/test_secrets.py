@@ -110,7 +110,8 @@ def test_log_records_are_masked_whichever_logger_writes_them():
     # filter by level; the test sets each back afterwards
     records, catch = [], logging.Handler()
     catch.emit = records.append
-    saved = log.disabled, log.level, logging.root.manager.disable, log.filters
+    disabled, level, filters = log.disabled, log.level, log.filters
+    disabled_below = logging.root.manager.disable
     log.disabled, log.level, log.filters = False, logging.DEBUG, []
     logging.disable(logging.NOTSET)
     log.addHandler(catch)
@@ -120,8 +121,8 @@ def test_log_records_are_masked_whichever_logger_writes_them():
         log.exception("flow failed for %s", f"bob:{PASSWORD}/x@db")
     finally:
         log.removeHandler(catch)
-        log.disabled, log.level, log.filters = saved[0], saved[1], saved[3]
-        logging.disable(saved[2])
+        log.disabled, log.level, log.filters = disabled, level, filters
+        logging.disable(disabled_below)
     text = logging.Formatter().format(records[-1])
     assert "bob:***@db" in text and "http://a:***@h" in text and PASSWORD not in text
 

@@ -45,10 +45,6 @@ def registry(tmp_path_factory, prefect_stack):
 
     (It asks for ``prefect_stack`` only so that the Prefect server starts in the background meanwhile.)
     """
-    from dynatune.search.intrinsics import import_tensor_intrinsics
-
-    import_tensor_intrinsics()
-
     d = tmp_path_factory.mktemp("registry")
     import mlflow
 

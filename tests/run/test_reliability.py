@@ -133,7 +133,7 @@ def _kill_group(p) -> None:
 
 
 # budget_s: the winner must still be tuning after its first round and the third run (a whole CLI start, slow
-# while the other test worker is busy): 12 s was spent by then on a loaded machine
+# on a loaded machine): 12 s was spent by then beside a second pytest-xdist worker
 CONFIG = """
 model: {{path: {model}}}
 budget_s: 24

@@ -75,9 +75,7 @@ def heaviest_task(path, target):
 
 def candidates_for(task, target, limit=2):
     from dynatune.search.analytic import task_analytic_candidates
-    from dynatune.search.intrinsics import import_tensor_intrinsics
 
-    import_tensor_intrinsics()  # what TuneContext would import (20-110 s in a test process), fast
     return task_analytic_candidates(task.mod, target, limit=limit)[0]
 
 

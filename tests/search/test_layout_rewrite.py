@@ -9,9 +9,6 @@ PREPROC = "meta_schedule.layout_rewrite_preproc"  # the annotation RewriteLayout
 
 @pytest.fixture(scope="module")
 def conv_task(cpu_target, tmp_path_factory):
-    from dynatune.search.intrinsics import import_tensor_intrinsics
-
-    import_tensor_intrinsics()  # what TuneContext would import (20-110 s in a test process), fast
     return heaviest_task(conv_onnx(tmp_path_factory.mktemp("m") / "conv.onnx"), cpu_target)
 
 

@@ -84,7 +84,6 @@ def test_session_refuses_a_planted_cost_model_and_relearns_the_records(cpu_targe
     from dynatune.files import WorkDir
     from dynatune.model.extract import extract_tasks
     from dynatune.model.importer import load_model
-    from dynatune.search.intrinsics import import_tensor_intrinsics
     from dynatune.search.session import TuningSession
 
     model = load_model(make_tiny_onnx(str(tmp_path / "tiny.onnx"), batch=1))
@@ -92,7 +91,6 @@ def test_session_refuses_a_planted_cost_model_and_relearns_the_records(cpu_targe
     work = str(tmp_path / "work")
     first = TuningSession(tasks, cpu_target, work)
     t = tasks[0]
-    import_tensor_intrinsics()  # what TuneContext would import, fast
     ctx = ms.TuneContext(mod=t.mod, target=cpu_target, space_generator="post-order-apply")
     wl = first.db.workload(t.key, t.mod)
     for i, sch in enumerate(ctx.generate_design_space()):

@@ -30,9 +30,6 @@ def _record_of(task, db, target):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from dynatune.search.intrinsics import import_tensor_intrinsics
-
-    import_tensor_intrinsics()  # what TuneContext would import, fast
     ctx = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply")
     sch = ctx.generate_design_space()[0]
     wl = db.workload(task.key, task.mod)

@@ -28,9 +28,6 @@ def pool_task(tmp_path_factory, cpu_target):
 def _traces(mod, target) -> list[str]:
     from tvm.s_tir import meta_schedule as ms
 
-    from dynatune.search.intrinsics import import_tensor_intrinsics
-
-    import_tensor_intrinsics()  # what TuneContext would import, fast
     ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", rand_state=7)
     return [str(s.trace) for s in ctx.generate_design_space()]
 

@@ -116,13 +116,10 @@ def test_database_reopen_keeps_records(squeezenet, cpu_target, tmp_path):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from dynatune.search.intrinsics import import_tensor_intrinsics
-
     _, tasks = squeezenet
     t = tasks[0]
     db = TuningDatabase(str(tmp_path / "db"))
     wl = db.workload(t.key, t.mod)
-    import_tensor_intrinsics()  # what TuneContext would import, fast
     ctx = ms.TuneContext(mod=t.mod, target=cpu_target, space_generator="post-order-apply")
     sch = ctx.generate_design_space()[0]  # a real (sampled) schedule trace
     db.commit(

@@ -65,9 +65,6 @@ def matmul_search(cost_model, *, max_trials: int, per_iter: int, rand_state: int
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from dynatune.search.intrinsics import import_tensor_intrinsics
-
-    import_tensor_intrinsics()
     target = tvm.target.Target(
         {"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(), "num-cores": 2}
     )
