@@ -12,7 +12,10 @@ and the run's MLflow store), fresh processes, one per way of loading:
   the reference the ways below are held against, measured in the same minutes as they are;
 - ``loader``: ``dynatune.runtime.load(model.so).predict(inputs)``, the README's first way;
 - ``pyfunc``: ``mlflow.pyfunc.load_model(summary.tuned_model_uri).predict(inputs)``, its second (dynatune is
-  not imported at all: the MLflow model brings its own copy of the loader);
+  not imported at all: the MLflow model brings its own copy of the loader); in the same rotation, the same
+  pyfunc model's own ``predict`` called directly (``unwrap_python_model()``: MLflow's ``PyFuncModel.predict``,
+  its signature enforcement and ``inspect.signature`` calls, bypassed), so ``vs_unwrapped`` is what MLflow's
+  wrapper costs a call;
 - ``loader beside OpenVINO`` (with OpenVINO installed): the loader, ONNX Runtime and OpenVINO in one rotation;
 - ``plain TVM``: ``tvm.runtime.load_module`` + ``relax.VirtualMachine``, ``vm["main"](*tensors)``, with
   nothing set: what a user who followed the README before it named ``TVM_NUM_THREADS`` got;
@@ -67,7 +70,8 @@ if way.startswith("loader"):
 elif way == "pyfunc":
     import mlflow
     mlflow.set_tracking_uri(spec["tracking_uri"])
-    predict = mlflow.pyfunc.load_model(spec["model_uri"]).predict
+    pyfunc_model = mlflow.pyfunc.load_model(spec["model_uri"])
+    predict = pyfunc_model.predict
 else:
     import tvm
     from tvm import relax
@@ -93,25 +97,29 @@ def block(f):
         n += 1
         if time.perf_counter() - t >= spec["block_ms"] / 1e3:
             return (time.perf_counter() - t) / n * 1e3
-sides = [lambda: predict(inputs), lambda: sess.run(None, inputs)]
+sides = {"ms": lambda: predict(inputs), "ort_ms": lambda: sess.run(None, inputs)}
 if spec["openvino"]:
     import openvino as ov
     compiled = ov.Core().compile_model(spec["onnx"], "CPU", {
         "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": so.intra_op_num_threads,
         "INFERENCE_PRECISION_HINT": "f32"})
     request = compiled.create_infer_request()
-    sides.append(lambda: request.infer(inputs))
-for f in sides:
-    block(f)
-ms = [[] for _ in sides]
+    sides["openvino_ms"] = lambda: request.infer(inputs)
+if way == "pyfunc":  # the same model with MLflow's PyFuncModel.predict (signature enforcement) bypassed
+    python_model = pyfunc_model.unwrap_python_model()
+    sides["unwrapped_ms"] = lambda: python_model.predict(None, inputs)
+names = list(sides)
+for name in names:
+    block(sides[name])
+ms = {name: [] for name in names}
 for r in range(spec["rounds"]):
-    for k in range(len(sides)) if r % 2 == 0 else reversed(range(len(sides))):
+    for name in names if r % 2 == 0 else reversed(names):
         time.sleep(0.05)
-        ms[k].append(block(sides[k]))
+        ms[name].append(block(sides[name]))
 import tvm
 threads = tvm.get_global_func("runtime.NumThreads")()
-print(json.dumps({"ms": ms[0], "ort_ms": ms[1], "openvino_ms": ms[2] if spec["openvino"] else None,
-                  "load_s": load_s, "threads": threads, "dynatune_modules_at_load": dynatune_modules}))
+print(json.dumps({"openvino_ms": None, "unwrapped_ms": None} | ms | {
+    "load_s": load_s, "threads": threads, "dynatune_modules_at_load": dynatune_modules}))
 """
 
 
@@ -159,7 +167,8 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
             rounds=spec["rounds"],
             quiet=QuietPolicy(attempts=1),
         )
-        got = {"ms": t.tvm_ms, "ort_ms": t.ort_ms, "openvino_ms": None, "load_s": None, "threads": None}
+        got = {"ms": t.tvm_ms, "ort_ms": t.ort_ms, "openvino_ms": None, "unwrapped_ms": None}
+        got |= {"load_s": None, "threads": None}
         got["dynatune_modules_at_load"] = ["(the run's timing process imports dynatune)"]
     else:
         env = {"TVM_NUM_THREADS": meta["thread_pool"]["TVM_NUM_THREADS"]} if way.endswith("THREADS") else {}
@@ -188,6 +197,14 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
             "vs_fastest": best_ratio(got["ms"], got["ort_ms"] + got["openvino_ms"]),
             "vs_fastest_min": min(fastest),
             "vs_fastest_max": max(fastest),
+        }
+    if got["unwrapped_ms"]:  # pyfunc: its own model called directly, in the same rotation
+        out |= {
+            "unwrapped_ms": float(np.median(got["unwrapped_ms"])),
+            "unwrapped_ms_best": min(got["unwrapped_ms"]),
+            "unwrapped_ratio": best_ratio(got["unwrapped_ms"], got["ort_ms"]),
+            # what MLflow's PyFuncModel.predict costs: pyfunc's fastest block against the direct call's
+            "vs_unwrapped": best_ratio(got["ms"], got["unwrapped_ms"]),
         }
     return out
 
@@ -251,6 +268,12 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
                     else ""
                 )
                 + (
+                    f"; its model called directly {t['unwrapped_ratio']:.3f} (pyfunc / direct "
+                    f"{t['vs_unwrapped']:.3f})"
+                    if "vs_unwrapped" in t
+                    else ""
+                )
+                + (
                     f"; {t['threads']} threads; loaded in {t['load_s']:.2f} s"
                     if t["load_s"] is not None
                     else ""
@@ -268,11 +291,19 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
             "ratio_min": min(p["ratio"] for p in processes),
             "ratio_max": max(p["ratio"] for p in processes),
         }
+        if "unwrapped_ms_best" in processes[0]:  # pyfunc's model called directly, MLflow bypassed
+            direct = [p["unwrapped_ms_best"] for p in processes]
+            w |= {
+                "unwrapped_ratio": best_ratio(direct, fastest[1]),
+                "vs_unwrapped": best_ratio(fastest[0], direct),
+            }
         if way == RUN_WAY:
             rerun = w["ratio"]
     for w in row["ways"].values():
         w["vs_run"] = w["ratio"] / summary.ratio_vs_onnxruntime if summary.ratio_vs_onnxruntime else None
         w["vs_rerun"] = w["ratio"] / rerun if rerun else None
+        if "unwrapped_ratio" in w and summary.ratio_vs_onnxruntime:
+            w["unwrapped_vs_run"] = w["unwrapped_ratio"] / summary.ratio_vs_onnxruntime
     return row
 
 

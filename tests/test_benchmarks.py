@@ -162,6 +162,11 @@ def test_deployed_speed_loads_each_way_in_a_fresh_process(tiny_run, tmp_path):
         if way != "run's timing, again":
             assert ("dynatune.runtime" in p["dynatune_modules_at_load"]) == (way == "loader"), way
             assert way == "loader" or not p["dynatune_modules_at_load"], way
+    # pyfunc's process also times the same model's own predict, MLflow's wrapper bypassed; no other way does
+    pyfunc = row["ways"]["pyfunc"]
+    assert pyfunc["processes"][0]["unwrapped_ms"] > 0 and pyfunc["vs_unwrapped"] > 0
+    assert pyfunc["unwrapped_vs_run"] > 0
+    assert all("vs_unwrapped" not in w for way, w in row["ways"].items() if way != "pyfunc")
     threads = row["ways"]["plain TVM, TVM_NUM_THREADS"]["processes"][0]["threads"]
     assert threads == row["ways"]["loader"]["processes"][0]["threads"]
 

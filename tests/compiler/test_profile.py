@@ -50,6 +50,7 @@ def test_pooled_processes_take_each_sides_fastest_block_and_keep_the_worst_load(
     assert pooled([a]) is a and a.ratio == pytest.approx(1.1)
 
 
+@pytest.mark.slow  # compiles the model, two fresh timing processes
 def test_side_by_side_with_onnxruntime(tiny_model, cpu_target, tmp_path):
     import tvm
 

@@ -9,7 +9,8 @@ from helpers import LIGHT_MODELS, ROOT, import_and_extract, light_model, make_ti
 from dynatune.errors import DynatuneError
 from dynatune.model.importer import load_model, parse_shape
 
-BIG_LIGHT_MODELS = {"inception_v2", "shufflenet", "bvlc_alexnet", "zfnet512"}  # 12-34 s each: slow tier
+# 12-34 s each: the slow tier
+BIG_LIGHT_MODELS = {"inception_v2", "shufflenet", "bvlc_alexnet", "zfnet512", "squeezenet"}
 # Left out to keep the suite in its 15 minutes, each adding no operator the others lack: densenet121 (48 s:
 # 120 convolutions joined by concatenations, as squeezenet and inception_v2 join theirs), inception_v1 (15 s)
 # and resnet50 (16 s; tests/model/test_layout_glue.py imports and lowers it)

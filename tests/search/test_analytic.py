@@ -229,6 +229,7 @@ def test_a_gpu_target_has_no_vector_unit():
     assert vector_unit(tvm.target.Target({"kind": "cuda", "arch": "sm_80"})) is None
 
 
+@pytest.mark.slow  # tunes (real builds and measurements)
 @pytest.mark.parametrize("analytic_first", [True, False])
 def test_the_first_batch_measures_the_analytic_candidates_first(analytic_first, cpu_target, tmp_path):
     from dynatune.model.extract import extract_tasks

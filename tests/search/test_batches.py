@@ -71,6 +71,7 @@ def test_a_batch_is_two_libraries_per_worker_and_a_candidate_that_fails_to_build
     assert all(r.error_msg is None and len(r.run_secs) == 2 for r in results)
 
 
+@pytest.mark.slow  # a crashed measurement worker, restarted (subprocesses)
 def test_a_candidate_that_crashes_inside_a_batch_fails_alone_and_the_rest_are_measured(builder, cpu_target):
     good, _, crash = _vector_funcs()
     built = builder.build(_inputs([good, crash, good, good, good, good, good, good], cpu_target))
@@ -129,6 +130,7 @@ def test_a_batch_is_measured_in_one_call_and_an_evaluator_error_fails_alone(buil
     assert all(r.error_msg is None and len(r.run_secs) == 2 for r in again)
 
 
+@pytest.mark.slow  # a measurement worker ended and started afresh (subprocesses)
 def test_a_worker_that_ended_between_batches_is_started_afresh(builder, cpu_target):
     import os
     import signal
@@ -148,6 +150,7 @@ def test_a_worker_that_ended_between_batches_is_started_afresh(builder, cpu_targ
     assert all(r.error_msg is None and len(r.run_secs) == 2 for r in results)
 
 
+@pytest.mark.slow  # waits out a hanging candidate's timeout in a worker (subprocesses)
 def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_target, tmp_path):
     """The worker's watchdog ends the hanging candidate after measure.timeout_s; the candidates after it
     are measured by a fresh worker, and the batch costs one timeout, not the batch's backstop."""

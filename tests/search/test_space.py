@@ -65,6 +65,7 @@ def test_a_task_that_tiles_no_block_keeps_metaschedules_unroll_steps(tmp_path):
     assert {tuple(c) for s in spaces for c in unroll_choices(s)} == {(0, 16, 64, 512)}
 
 
+@pytest.mark.slow  # tunes (real builds and measurements)
 def test_the_session_samples_only_the_configured_unroll_steps(cpu_target, tmp_path):
     from dynatune.model.extract import extract_tasks
     from dynatune.model.importer import load_model
