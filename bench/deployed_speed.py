@@ -118,8 +118,7 @@ for r in range(spec["rounds"]):
         ms[name].append(block(sides[name]))
 import tvm
 threads = tvm.get_global_func("runtime.NumThreads")()
-print(json.dumps({"openvino_ms": None, "unwrapped_ms": None} | ms | {
-    "load_s": load_s, "threads": threads, "dynatune_modules_at_load": dynatune_modules}))
+print(json.dumps(ms | {"load_s": load_s, "threads": threads, "dynatune_modules_at_load": dynatune_modules}))
 """
 
 
@@ -167,8 +166,7 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
             rounds=spec["rounds"],
             quiet=QuietPolicy(attempts=1),
         )
-        got = {"ms": t.tvm_ms, "ort_ms": t.ort_ms, "openvino_ms": None, "unwrapped_ms": None}
-        got |= {"load_s": None, "threads": None}
+        got = {"ms": t.tvm_ms, "ort_ms": t.ort_ms, "load_s": None, "threads": None}
         got["dynatune_modules_at_load"] = ["(the run's timing process imports dynatune)"]
     else:
         env = {"TVM_NUM_THREADS": meta["thread_pool"]["TVM_NUM_THREADS"]} if way.endswith("THREADS") else {}
@@ -188,7 +186,7 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
         "dynatune_modules_at_load": got["dynatune_modules_at_load"],
         "busy_cores_before": busy,
     }
-    if got["openvino_ms"]:  # OpenVINO / ONNX Runtime, and dynatune / the faster of the two, round by round
+    if got.get("openvino_ms"):  # OpenVINO / ONNX Runtime, and dynatune / the faster of the two, by round
         fastest = [a / min(b, c) for a, b, c in zip(got["ms"], got["ort_ms"], got["openvino_ms"])]
         out |= {
             "openvino_ms": float(np.median(got["openvino_ms"])),
@@ -198,7 +196,7 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
             "vs_fastest_min": min(fastest),
             "vs_fastest_max": max(fastest),
         }
-    if got["unwrapped_ms"]:  # pyfunc: its own model called directly, in the same rotation
+    if got.get("unwrapped_ms"):  # pyfunc: its own model called directly, in the same rotation
         out |= {
             "unwrapped_ms": float(np.median(got["unwrapped_ms"])),
             "unwrapped_ms_best": min(got["unwrapped_ms"]),
