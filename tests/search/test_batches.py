@@ -151,11 +151,10 @@ def test_a_worker_that_ended_between_batches_is_started_afresh(builder, cpu_targ
 
 
 @pytest.mark.slow  # waits out a hanging candidate's timeout in a worker (subprocesses)
-def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_target, tmp_path):
+def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_target, tmp_path, monkeypatch):
     """The worker's watchdog ends the hanging candidate after measure.timeout_s; the candidates after it
     are measured by a fresh worker, and the batch costs one timeout, not the batch's backstop."""
     import glob
-    import os
     import tempfile
     import time
 
@@ -169,6 +168,9 @@ def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_targ
     evaluator = partial(faults.hanging_second_evaluator, counter=str(tmp_path / "calls"))
     runner = make_runner(cfg, cpu_target, evaluator=evaluator)
     sent = _sends(runner)
+    # its progress files go to a folder of its own: another test worker's runs may have theirs in /tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "progress"))
+    (tmp_path / "progress").mkdir()
     try:
         t0 = time.perf_counter()
         results = _run(runner, built)
@@ -180,7 +182,7 @@ def test_a_candidate_that_hangs_inside_a_batch_times_out_alone(builder, cpu_targ
     assert all(len(r.run_secs) == 2 for i, r in enumerate(results) if i != 1)
     assert sent == ["measure_batch", "measure_batch"]  # the rest of the batch: one more call
     assert 5 <= elapsed < 25  # one timeout and a fresh worker, far below the batch's backstop: 5 s x 9 = 45 s
-    assert not glob.glob(os.path.join(tempfile.gettempdir(), "dynatune-progress-*"))  # progress files removed
+    assert not glob.glob(str(tmp_path / "progress" / "dynatune-progress-*"))  # progress files removed
 
 
 def test_the_build_time_limit_follows_the_builds_it_has_seen():
