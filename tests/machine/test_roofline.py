@@ -140,7 +140,9 @@ def test_a_real_measurement_keeps_the_fma_peak_and_its_cross_checks(tmp_path, cp
     assert set(roof.peaks) == {FMA_PEAK, "onnxruntime-mlas", "numpy-blas"} and min(roof.peaks.values()) > 0
     assert roof.peak_flops == roof.peaks[FMA_PEAK] and roof.bandwidth > 1e8
     gemm = max(roof.peaks["onnxruntime-mlas"], roof.peaks["numpy-blas"])
-    assert roof.peak_flops >= 0.95 * gemm  # the ceiling of any GEMM (short calls dodge other work)
+    # the ceiling of any GEMM (short calls dodge other work); measured beside other work (a second test
+    # worker), the loop may lose: the entry then says under_load and the next run measures again (above)
+    assert roof.peak_flops >= 0.95 * gemm or roof.under_load
     # read, unless the loop did lose to a GEMM (then the next run measures again: the test above)
     assert machine_roofline(cpu_target, cache_dir=str(tmp_path)) == roof or roof.under_load
 

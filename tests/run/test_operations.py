@@ -620,7 +620,10 @@ def test_rpc_tracker_farm_with_adaptive_measurement(cpu_target, tmp_path):
         assert r.trials >= 4 and r.run_errors == 0 and r.build_errors < r.trials, r.errors
         assert math.isfinite(r.best_after_s) and r.best_after_s <= r.best_before_s
         ok = r.trials - r.build_errors
-        assert 3 * ok <= r.repeats <= 8 * ok  # adaptive: between min_repeats and max_repeats per candidate
+        # adaptive: between min_repeats and max_repeats per candidate, but the race may stop one much slower
+        # than the incumbent (e.g. measured beside another test worker) after its first repeat
+        raced = r.stops.get("raced", 0)
+        assert 3 * (ok - raced) + raced <= r.repeats <= 8 * ok, (r.repeats, r.stops)
         assert s.db.num_records(tasks[i].key) >= 4
     finally:
         for srv in servers:
