@@ -46,6 +46,16 @@ def tensor_intrinsics_imported_fast():
     import_tensor_intrinsics()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spare_tuning_workers():
+    """The tuning sessions a test process opens hand their builder and runner workers on to the next
+    (dynatune.search.spare_workers): each worker's TVM import is about 3 s of CPU, and in-process tests start
+    about 170 of them in a run of the suite. Subprocesses (the CLI's runs) start their own, as a user's do."""
+    from dynatune.search import spare_workers
+
+    spare_workers.enable()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def module_schedule_library(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:

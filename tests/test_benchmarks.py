@@ -342,3 +342,17 @@ def test_efficientnet_like_writes_a_model_onnxruntime_runs(tmp_path):
     (inp,) = sess.get_inputs()
     (y,) = sess.run(None, {inp.name: np.random.default_rng(0).standard_normal((1, 3, 224, 224), np.float32)})
     assert y.shape == (1, 1000) and np.isfinite(y).all()
+
+
+@pytest.mark.slow  # a pytest run of its own, and the subprocess its test starts
+def test_suite_cpu_counts_each_process_of_a_pytest_run_by_kind_and_test(tmp_path):
+    from bench.suite_cpu import main
+
+    test = "tests/search/test_spare_workers.py::test_off_unless_a_process_turns_it_on"
+    out = tmp_path / "suite_cpu.json"
+    doc = main(["--out", str(out), "--", "-q", "-p", "no:cacheprovider", test])
+    assert doc["exit_code"] == 0 and json.loads(out.read_text())["processes"] == doc["processes"]
+    assert doc["by_kind"]["pytest"]["processes"] == 1  # the run itself
+    assert doc["by_kind"]["python -c (pytest-xdist workers, scripts)"]["processes"] == 1  # what the test ran
+    assert doc["top_tests"][0]["test"] == test and doc["top_tests"][0]["cpu_s"] > 0
+    assert 0 < doc["counted_cpu_s"] <= doc["total_cpu_s"] * 1.05

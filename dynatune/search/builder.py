@@ -36,6 +36,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+from dynatune.search import spare_workers
 from dynatune.search.linker import link_shared
 
 _FUNCTION_PREFIX = "dynatune_candidate_"
@@ -186,7 +187,7 @@ class PersistentBuilder(PyBuilder):
 
     def _get_pool(self, timeout: float) -> PopenPoolExecutor:
         if self._pool is None:
-            self._pool = PopenPoolExecutor(
+            self._pool = spare_workers.take(self._spare_kind()) or PopenPoolExecutor(
                 max_workers=self.max_workers, timeout=timeout, maximum_process_uses=self.max_uses
             )
         self._pool._timeout = timeout  # the executor sends its `_timeout` along with each job it sends
@@ -248,11 +249,20 @@ class PersistentBuilder(PyBuilder):
         for f in futs:
             f.result()
 
+    def _spare_kind(self) -> tuple:
+        return ("builder pool", self.max_workers, self.max_uses)
+
     def close(self) -> None:
+        """Stop the workers (or keep them for this process's next session: :mod:`.spare_workers`)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False)
+            if not spare_workers.keep(self._spare_kind(), self._pool, _stop_pool):
+                _stop_pool(self._pool)
             self._pool = None
         shutil.rmtree(self.artifact_dir, ignore_errors=True)
+
+
+def _stop_pool(pool: PopenPoolExecutor) -> None:
+    pool.shutdown(wait=False)
 
 
 def _shares(n: int, parts: int) -> list[list[int]]:

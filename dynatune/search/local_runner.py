@@ -26,6 +26,7 @@ from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner
 from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 from tvm.support.popen_pool import PopenWorker
 
+from dynatune.search import spare_workers
 from dynatune.search.builder import split_artifact
 
 _LIBRARIES: OrderedDict = OrderedDict()  # in the worker: library path -> loaded module
@@ -155,7 +156,7 @@ class BatchLocalRunner(PyRunner):
         self.f_alloc_argument, self.f_run_evaluator = f_alloc_argument, f_run_evaluator
         # started by warm_up or the first batch, and again after a crash or a timeout; its stderr silenced
         # as LocalRunner's is (a crashing candidate's dump)
-        self.worker = PopenWorker(stderr=subprocess.DEVNULL)
+        self.worker = spare_workers.take("runner worker") or PopenWorker(stderr=subprocess.DEVNULL)
 
     def run(self, runner_inputs):
         jobs = [
@@ -208,5 +209,7 @@ class BatchLocalRunner(PyRunner):
         self.worker.recv()
 
     def shutdown(self) -> None:
-        """Stop the worker."""
-        self.worker.kill()
+        """Stop the worker (or keep it for this process's next session: :mod:`.spare_workers`)."""
+        kept = self.worker.is_alive() and spare_workers.keep("runner worker", self.worker, PopenWorker.kill)
+        if not kept:
+            self.worker.kill()
