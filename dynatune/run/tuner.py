@@ -115,6 +115,9 @@ class Tuner:
         self.rounds_path = wd.rounds
         self.rounds: list[dict] = read_rounds(self.rounds_path)
         self.run_state = self._load_run_state()
+        flight = self.run_state.pop("in_flight", None)
+        if flight and flight["round"] >= self.rounds_done:
+            self._roll_back_task(flight)  # killed mid-round: the round runs again, from the same state
         if self.rounds and "scheduler_state" in self.rounds[-1]:
             # the state written with the last round: run.json may be one round behind after a kill
             self.run_state["scheduler_state"] = self.rounds[-1]["scheduler_state"]
@@ -357,6 +360,57 @@ class Tuner:
         if choice is None:
             self._all_retired = True
             return None
+        flight = self._begin_round(round_no, choice)
+        try:
+            return self._tune_and_record(ctx, table, round_no, choice, phase, start, decision_s)
+        except BaseException:
+            self._undo_round(flight)
+            raise
+
+    def _begin_round(self, round_no: int, choice: int) -> dict:
+        """Keep, in ``run.json``, what round ``round_no`` is about to change: the chosen task's progress and
+        the scheduler's and stopping rule's state. A round counts once its line is in ``rounds.jsonl``."""
+        st = self.session.state(choice)
+        flight = {
+            "round": round_no,
+            "task": self.tasks[choice].key,
+            "history_len": len(st.history),
+            "seconds": st.seconds,
+            "trials": st.trials,
+            "errors": st.errors,
+        }
+        self.save_run_state(in_flight=flight)
+        return {
+            **flight,
+            "scheduler_state": self.scheduler.state_dict(),
+            "stopping_state": self.stopping.state_dict() if self.stopping is not None else {},
+        }
+
+    def _undo_round(self, flight: dict) -> None:
+        """A round that failed before it was recorded leaves no trace but its tuning records: the task's
+        progress, the round counter, the tuning time and the scheduler's and rule's state as before it."""
+        self.run_state.pop("in_flight", None)
+        if self.rounds and self.rounds[-1]["round"] == flight["round"]:
+            return  # recorded: only run.json's rewrite failed, and the next one catches up
+        self.run_state.update(rounds_done=flight["round"], stop=None)
+        self.run_state["elapsed_s"] = self.rounds[-1]["elapsed_s"] if self.rounds else 0.0
+        self.scheduler.load_state_dict(flight["scheduler_state"])
+        if self.stopping is not None:
+            self.stopping.load_state_dict(flight["stopping_state"])
+        self._roll_back_task(flight)
+        self.save_run_state()
+
+    def _roll_back_task(self, flight: dict) -> None:
+        """The task's state as it was before a round that was not recorded (a kill between ``session.json``'s
+        write and the round's line would otherwise leave the belief model a history point of no round)."""
+        st = self.session.states.get(flight["task"])
+        if st is None or len(st.history) <= flight["history_len"]:
+            return
+        del st.history[flight["history_len"] :]
+        st.seconds, st.trials, st.errors = flight["seconds"], flight["trials"], flight["errors"]
+        self.session.save_state()
+
+    def _tune_and_record(self, ctx, table, round_no, choice, phase, start, decision_s) -> RoundRecord:
         if phase == "warmup" or self._first_batch_only(choice):
             n = min(self.warmup_trials, self.session.search.trials_per_iter)
             res: RoundResult = self.session.tune(choice, trials=n, batch=n)
@@ -386,6 +440,7 @@ class Tuner:
         )
         self._writer.append(rec.line())
         self.rounds.append(rec.line())
+        self.run_state.pop("in_flight", None)
         self.save_run_state()
         return rec
 
