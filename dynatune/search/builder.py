@@ -187,6 +187,7 @@ class PersistentBuilder(PyBuilder):
 
     def _get_pool(self, timeout: float) -> PopenPoolExecutor:
         if self._pool is None:
+            self._pool_environment = spare_workers.environment()
             self._pool = spare_workers.take(self._spare_kind()) or PopenPoolExecutor(
                 max_workers=self.max_workers, timeout=timeout, maximum_process_uses=self.max_uses
             )
@@ -255,7 +256,7 @@ class PersistentBuilder(PyBuilder):
     def close(self) -> None:
         """Stop the workers (or keep them for this process's next session: :mod:`.spare_workers`)."""
         if self._pool is not None:
-            if not spare_workers.keep(self._spare_kind(), self._pool, _stop_pool):
+            if not spare_workers.keep(self._spare_kind(), self._pool, _stop_pool, self._pool_environment):
                 _stop_pool(self._pool)
             self._pool = None
         shutil.rmtree(self.artifact_dir, ignore_errors=True)

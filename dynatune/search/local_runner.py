@@ -156,6 +156,7 @@ class BatchLocalRunner(PyRunner):
         self.f_alloc_argument, self.f_run_evaluator = f_alloc_argument, f_run_evaluator
         # started by warm_up or the first batch, and again after a crash or a timeout; its stderr silenced
         # as LocalRunner's is (a crashing candidate's dump)
+        self.worker_environment = spare_workers.environment()
         self.worker = spare_workers.take("runner worker") or PopenWorker(stderr=subprocess.DEVNULL)
 
     def run(self, runner_inputs):
@@ -210,6 +211,8 @@ class BatchLocalRunner(PyRunner):
 
     def shutdown(self) -> None:
         """Stop the worker (or keep it for this process's next session: :mod:`.spare_workers`)."""
-        kept = self.worker.is_alive() and spare_workers.keep("runner worker", self.worker, PopenWorker.kill)
+        kept = self.worker.is_alive() and spare_workers.keep(
+            "runner worker", self.worker, PopenWorker.kill, self.worker_environment
+        )
         if not kept:
             self.worker.kill()

@@ -23,8 +23,9 @@ def enable() -> None:
     _enabled = True
 
 
-def _environment() -> tuple:
-    """What a worker process took from this process's environment when it started and what changes it."""
+def environment() -> tuple:
+    """What a worker process takes from this process's environment when it starts and what changes it: a
+    session records it as it makes its workers, and hands it to :func:`keep`."""
     return tuple(
         sorted((k, v) for k, v in os.environ.items() if k.startswith(("TVM_", "OMP_")) or k == "PYTHONPATH")
     )
@@ -36,16 +37,17 @@ def take(kind):
     if not _enabled:
         return None
     with _lock:
-        spare = _spares.pop((kind, _environment()), None)
+        spare = _spares.pop((kind, environment()), None)
     return spare[0] if spare else None
 
 
-def keep(kind, worker, stop) -> bool:
-    """Keep ``worker`` for the next session that takes ``kind``; ``stop(worker)`` ends it at exit. False
-    (the caller stops it) when spares are off or one of its kind is kept already."""
+def keep(kind, worker, stop, started_in: tuple) -> bool:
+    """Keep ``worker`` for the next session that takes ``kind`` in the environment it was ``started_in``
+    (:func:`environment` then); ``stop(worker)`` ends it at exit. False (the caller stops it) when spares are
+    off or one of its kind is kept already."""
     if not _enabled:
         return False
-    key = (kind, _environment())
+    key = (kind, started_in)
     with _lock:
         if key in _spares:
             return False

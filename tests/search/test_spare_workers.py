@@ -19,22 +19,28 @@ def spares(monkeypatch):
 
 
 def test_one_spare_per_kind_taken_once_and_only_in_the_same_worker_environment(spares, monkeypatch):
-    stopped = []
-    assert spares.keep("runner worker", "w1", stopped.append)
-    assert not spares.keep("runner worker", "w2", stopped.append)  # one of its kind is kept: w2 is stopped
+    stopped, here = [], spares.environment()
+    assert spares.keep("runner worker", "w1", stopped.append, here)
+    assert not spares.keep("runner worker", "w2", stopped.append, here)  # one of its kind is kept: w2 stops
     assert spares.take("builder pool") is None
     with monkeypatch.context() as env:
         env.setenv("TVM_NUM_THREADS", "7")  # a worker started before this would not have it
         assert spares.take("runner worker") is None
+        # a worker started here, kept after the setting is gone, is for a session that sets it again
+        assert spares.keep("runner worker", "w7", stopped.append, spares.environment())
     assert spares.take("runner worker") == "w1" and spares.take("runner worker") is None
-    assert spares.keep("builder pool", "p1", stopped.append)
+    with monkeypatch.context() as env:
+        env.setenv("TVM_NUM_THREADS", "7")
+        assert spares.take("runner worker") == "w7"
+    assert spares.keep("builder pool", "p1", stopped.append, here)
     spares.stop_spares()  # at exit
     assert stopped == ["p1"] and spares.take("builder pool") is None
 
 
 def test_off_unless_a_process_turns_it_on(spares, monkeypatch):
     monkeypatch.setattr(spare_workers, "_enabled", False)
-    assert not spares.keep("runner worker", "w", print) and spares.take("runner worker") is None
+    assert not spares.keep("runner worker", "w", print, spares.environment())
+    assert spares.take("runner worker") is None
     out = subprocess.run(
         [sys.executable, "-c", "from dynatune.search import spare_workers as s; print(s._enabled)"],
         capture_output=True,
