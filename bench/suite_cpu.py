@@ -102,7 +102,8 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default=results_path("suite_cpu.json"))
     p.add_argument("pytest_args", nargs="*", help="pytest's arguments, after --")
     args = p.parse_args(argv)
-    pth = os.path.join(sysconfig.get_paths()["purelib"], "dynatune_suite_cpu.pth")
+    # one per run: the suite's own smoke test of this benchmark runs one inside a measured run
+    pth = os.path.join(sysconfig.get_paths()["purelib"], f"dynatune_suite_cpu_{os.getpid()}.pth")
     with tempfile.TemporaryDirectory(prefix="suite-cpu-") as d:
         hook, log = os.path.join(d, "hook.py"), os.path.join(d, "processes.jsonl")
         with open(hook, "w") as f:
@@ -110,7 +111,7 @@ def main(argv=None) -> dict:
         open(log, "w").close()
         env = dict(os.environ, DYNATUNE_SUITE_CPU_LOG=log, DYNATUNE_SUITE_CPU_HOOK=hook)
         with open(pth, "w") as f:  # a process started without these variables runs nothing of it
-            f.write(
+            f.write(  # the hook runs once per process, whichever run's file Python reads first
                 'import os; os.environ.get("DYNATUNE_SUITE_CPU_HOOK") and '
                 'exec(open(os.environ["DYNATUNE_SUITE_CPU_HOOK"]).read(), {})\n'
             )

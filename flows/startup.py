@@ -29,7 +29,7 @@ import time
 
 
 def prestart() -> None:
-    early = None if os.environ.get("PREFECT_API_URL") else _spawn_server()
+    early = None if os.environ.get("PREFECT_API_URL") else spawn_api_server()
     from dynatune.search.intrinsics import import_tensor_intrinsics
 
     import_tensor_intrinsics()
@@ -38,7 +38,10 @@ def prestart() -> None:
         _hand_over(*early)
 
 
-def _spawn_server():
+def spawn_api_server(environ=None):
+    """Prefect's API server as Prefect's local mode starts it (uvicorn, no UI, no background services), on a
+    free loopback port, in ``environ`` (default: this process's; its ``PREFECT_HOME`` holds the database):
+    ``(process, port)``, or None where Prefect is not installed. It answers ``/api/health`` when it is up."""
     spec = importlib.util.find_spec("prefect")
     if spec is None or not spec.origin:
         return None
@@ -49,7 +52,7 @@ def _spawn_server():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {
-        **os.environ,
+        **(os.environ if environ is None else environ),
         "PREFECT_UI_ENABLED": "0",
         "PREFECT__SERVER_EPHEMERAL": "1",
         "PREFECT__SERVER_FINAL": "1",
@@ -80,7 +83,8 @@ def _spawn_server():
     return proc, port
 
 
-def _stop(proc) -> None:
+def stop_api_server(proc) -> None:
+    """Stop a server :func:`spawn_api_server` started (killed if it does not stop within 5 s)."""
     proc.terminate()
     try:
         proc.wait(timeout=5)
@@ -100,7 +104,7 @@ def _hand_over(proc, port: int) -> None:
 
     server = SubprocessASGIServer()
     if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value() or server.running:
-        _stop(proc)  # a server is configured (e.g. in a Prefect profile), or one runs already
+        stop_api_server(proc)  # a server is configured (e.g. in a Prefect profile), or one runs already
         return
     deadline = time.monotonic() + PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
     url = f"http://127.0.0.1:{port}/api/health"
@@ -115,7 +119,7 @@ def _hand_over(proc, port: int) -> None:
                 pass
             time.sleep(0.1)
     if proc.poll() is None:
-        _stop(proc)  # not up in time: Prefect starts its own on the flow's first call
+        stop_api_server(proc)  # not up in time: Prefect starts its own on the flow's first call
 
 
 def check_prefect_api(url: str | None) -> None:

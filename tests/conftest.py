@@ -19,7 +19,7 @@ os.environ["PYTHONPATH"] = ROOT + (
 # Prefect's local API server can take longer than its default 20 s to start on a loaded 2-core machine
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
-from helpers import make_tiny_onnx, make_winograd_cnn, prefect_home, prepare_prefect_home_template  # noqa: E402
+from helpers import cli_environment, make_tiny_onnx, make_winograd_cnn, prepare_prefect_home_template  # noqa: E402
 
 # The schedule library (on by default) is never the user's (~/.cache/dynatune): a session-wide one for
 # session fixtures, one per module for module fixtures (a registry fixture's v2 run starts from its v1 run,
@@ -135,10 +135,7 @@ def tiny_run(tmp_path_factory):
     model = make_tiny_onnx(str(d / "tiny.onnx"), batch="N", channels=16)
     cfg, work = d / "cfg.yaml", d / "work"
     cfg.write_text(TINY_RUN_CONFIG.format(model=model, work=work))
-    env = dict(os.environ, PREFECT_HOME=prefect_home(d / ".prefect"))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("PREFECT_API_URL", None)
-    run = tune_cli(model, 6, str(work), str(cfg), env=env, cwd=str(d), timeout=900)
+    run = tune_cli(model, 6, str(work), str(cfg), env=cli_environment(d), cwd=str(d), timeout=900)
     return {
         "dir": d,
         "config": cfg,

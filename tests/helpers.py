@@ -72,15 +72,61 @@ def prefect_home(path) -> str:
     return path
 
 
+_shared_api: dict = {}
+_shared_api_lock = threading.Lock()
+
+
+def shared_prefect_api() -> str:
+    """The URL of a real Prefect API server on loopback, one per test process, started on first use (as
+    Prefect's local mode starts one, in a migrated home of its own) and stopped at exit. The CLI runs tests
+    start use it: each would otherwise start a local server of its own, about 12 s of CPU (16 of them in a
+    run of the suite). The tests of the local mode itself (``tests/run/test_pipeline.py``, the README job's
+    way) and of what Prefect records (``tests/test_secrets.py``) keep their own."""
+    import atexit
+    import tempfile
+    import time
+
+    import httpx
+
+    from dynatune.flows.startup import spawn_api_server, stop_api_server
+
+    with _shared_api_lock:
+        if "url" in _shared_api:
+            return _shared_api["url"]
+        home = prefect_home(tempfile.mkdtemp(prefix="dynatune-tests-prefect-api-"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        proc, port = spawn_api_server(
+            {**env, "PREFECT_HOME": home, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        )
+        atexit.register(stop_api_server, proc)
+        url, deadline = f"http://127.0.0.1:{port}/api", time.monotonic() + 180
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    _shared_api["url"] = url
+                    return url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the tests' Prefect API server did not come up (exit status {proc.poll()})")
+
+
+def cli_environment(cwd) -> dict:
+    """The environment of a CLI run a test starts from ``cwd``: this checkout's code, Prefect's home in
+    ``cwd`` and the tests' Prefect API (:func:`shared_prefect_api`), no tracking server from the
+    environment."""
+    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=prefect_home(os.path.join(cwd, ".prefect")))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env["PREFECT_API_URL"] = shared_prefect_api()
+    return env
+
+
 def run_cli(args, cwd, timeout: float = 300):
-    """``dynatune ARGS`` in a subprocess run from ``cwd``, this checkout's code, Prefect's home in ``cwd``,
-    and no tracking server or Prefect API from the environment."""
+    """``dynatune ARGS`` in a subprocess run from ``cwd``, in :func:`cli_environment`."""
     import subprocess
     import sys
 
-    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=prefect_home(os.path.join(cwd, ".prefect")))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("PREFECT_API_URL", None)
+    env = cli_environment(cwd)
     return subprocess.run(
         [sys.executable, "-m", "dynatune.cli", *args],
         cwd=cwd,

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, make_embedding_onnx, prefect_home
+from helpers import cli_environment, make_embedding_onnx
 
 pytestmark = pytest.mark.slow  # real tuning in a subprocess
 
@@ -37,9 +37,7 @@ measure: {{repeat: 3, min_repeat_ms: 5}}
 compile: {{timing_attempts: 2, timing_wait_s: 1, timing_processes: 2}}
 stopping: {{enabled: false}}  # the periodic measurements need the tuning seconds the budget gives
 """)
-    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=prefect_home(d / ".prefect"))
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("PREFECT_API_URL", None)
+    env = cli_environment(d)
     p = subprocess.run(
         [sys.executable, "-m", "dynatune.cli", "tune", str(cfg), "--json"],
         cwd=str(d),

@@ -21,7 +21,7 @@ import time
 
 import faults
 import pytest
-from helpers import ROOT, make_tiny_onnx, prefect_home
+from helpers import cli_environment, make_tiny_onnx
 
 pytestmark = pytest.mark.slow  # real tuning, servers or subprocesses
 
@@ -30,9 +30,8 @@ FAILED = 1e10
 
 # -- helpers ------------------------------------------------------------------------------------------
 def _env(home) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT, PREFECT_HOME=prefect_home(home / ".prefect"))
-    for k in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "DYNATUNE_DEBUG"):
-        env.pop(k, None)
+    env = cli_environment(home)
+    env.pop("DYNATUNE_DEBUG", None)
     return env
 
 
