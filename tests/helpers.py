@@ -83,6 +83,7 @@ def shared_prefect_api() -> str:
     run of the suite). The tests of the local mode itself (``tests/run/test_pipeline.py``, the README job's
     way) and of what Prefect records (``tests/test_secrets.py``) keep their own."""
     import atexit
+    import shutil
     import tempfile
     import time
 
@@ -93,7 +94,9 @@ def shared_prefect_api() -> str:
     with _shared_api_lock:
         if "url" in _shared_api:
             return _shared_api["url"]
-        home = prefect_home(tempfile.mkdtemp(prefix="dynatune-tests-prefect-api-"))
+        home = tempfile.mkdtemp(prefix="dynatune-tests-prefect-api-")
+        atexit.register(shutil.rmtree, home, True)  # after the server stops (atexit runs last first)
+        prefect_home(home)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         proc, port = spawn_api_server(
             {**env, "PREFECT_HOME": home, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}

@@ -5,7 +5,10 @@ Everything a run needs to continue after a crash lives in the work directory and
 - ``db/``: every measured record (see :mod:`dynatune.search.database`), ``session.json``, ``cost_model``;
 - ``rounds.jsonl``: one fsync'ed line per finished round (the round's result, its belief row and the
   scheduler's state after it);
-- ``run.json``: round counter, tuning seconds spent, scheduler state, tracking run id.
+- ``run.json``: round counter, tuning seconds spent, scheduler state, tracking run id, and the round in flight
+  (``in_flight``: its task's progress before it). A round counts once its line is in ``rounds.jsonl``: one
+  killed before that is rolled back when the run resumes (its task's history point, seconds and trials are
+  dropped, its tuning records kept) and runs again; one that fails in-process is undone the same way.
 
 A re-run of the same config continues from the next round: finished rounds are not repeated, and the
 budget counts tuning time across all processes of the run.
