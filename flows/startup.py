@@ -94,7 +94,6 @@ def stop_api_server(proc) -> None:
 
 
 def _hand_over(proc, port: int) -> None:
-    import httpx
     from prefect.server.api.server import SubprocessASGIServer
     from prefect.settings import (
         PREFECT_API_URL,
@@ -106,20 +105,29 @@ def _hand_over(proc, port: int) -> None:
     if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value() or server.running:
         stop_api_server(proc)  # a server is configured (e.g. in a Prefect profile), or one runs already
         return
-    deadline = time.monotonic() + PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
+    if wait_for_api_server(proc, port, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()):
+        server.port, server.server_process, server.running = port, proc, True
+        atexit.register(server.stop)
+    elif proc.poll() is None:
+        stop_api_server(proc)  # not up in time: Prefect starts its own on the flow's first call
+
+
+def wait_for_api_server(proc, port: int, timeout_s: float) -> bool:
+    """Whether a server :func:`spawn_api_server` started answers ``/api/health`` within ``timeout_s``
+    (False as soon as its process exits)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
     url = f"http://127.0.0.1:{port}/api/health"
     with httpx.Client() as client:
         while time.monotonic() < deadline and proc.poll() is None:
             try:
                 if client.get(url).status_code == 200:
-                    server.port, server.server_process, server.running = port, proc, True
-                    atexit.register(server.stop)
-                    return
+                    return True
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-    if proc.poll() is None:
-        stop_api_server(proc)  # not up in time: Prefect starts its own on the flow's first call
+    return False
 
 
 def check_prefect_api(url: str | None) -> None:

@@ -85,11 +85,8 @@ def shared_prefect_api() -> str:
     import atexit
     import shutil
     import tempfile
-    import time
 
-    import httpx
-
-    from dynatune.flows.startup import spawn_api_server, stop_api_server
+    from dynatune.flows.startup import spawn_api_server, stop_api_server, wait_for_api_server
 
     with _shared_api_lock:
         if "url" in _shared_api:
@@ -102,16 +99,10 @@ def shared_prefect_api() -> str:
             {**env, "PREFECT_HOME": home, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
         )
         atexit.register(stop_api_server, proc)
-        url, deadline = f"http://127.0.0.1:{port}/api", time.monotonic() + 180
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    _shared_api["url"] = url
-                    return url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the tests' Prefect API server did not come up (exit status {proc.poll()})")
+        if not wait_for_api_server(proc, port, 180):
+            raise RuntimeError(f"the tests' Prefect API server did not come up (exit status {proc.poll()})")
+        _shared_api["url"] = f"http://127.0.0.1:{port}/api"
+        return _shared_api["url"]
 
 
 def cli_environment(cwd) -> dict:

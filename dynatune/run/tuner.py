@@ -143,9 +143,14 @@ class Tuner:
         # rewrite must not make the round run twice. The next round follows the last one recorded (after
         # `dynatune repair` dropped a damaged line, fewer than that): a round number, the MLflow step, is
         # never used twice.
-        state["rounds_done"] = self.rounds[-1]["round"] + 1 if self.rounds else 0
-        state["elapsed_s"] = self.rounds[-1]["elapsed_s"] if self.rounds else 0.0
+        state.update(self._recorded_progress())
         return state
+
+    def _recorded_progress(self) -> dict:
+        """The round counter and tuning seconds as ``rounds.jsonl`` records them: after its last round."""
+        if not self.rounds:
+            return {"rounds_done": 0, "elapsed_s": 0.0}
+        return {"rounds_done": self.rounds[-1]["round"] + 1, "elapsed_s": self.rounds[-1]["elapsed_s"]}
 
     def _look_at_recorded_stop(self) -> None:
         """Honour a recorded stop for the same budget and tasks; otherwise move it to ``earlier_stops``, say
@@ -395,8 +400,7 @@ class Tuner:
         self.run_state.pop("in_flight", None)
         if self.rounds and self.rounds[-1]["round"] == flight["round"]:
             return  # recorded: only run.json's rewrite failed, and the next one catches up
-        self.run_state.update(rounds_done=flight["round"], stop=None)
-        self.run_state["elapsed_s"] = self.rounds[-1]["elapsed_s"] if self.rounds else 0.0
+        self.run_state.update(self._recorded_progress(), stop=None)
         self.scheduler.load_state_dict(flight["scheduler_state"])
         if self.stopping is not None:
             self.stopping.load_state_dict(flight["stopping_state"])
