@@ -201,7 +201,8 @@ def _kill_then_resume(runs) -> dict:
     wait(lambda: _lines(rounds_path) >= 1 or winner.poll() is not None, "no round finished")
     assert winner.poll() is None, open(home / "r0.err").read()[-2000:] + open(home / "r1.err").read()[-2000:]
     late = _cli(["tune", runs["cfg"], "--json"], home)  # a third run, while the winner is mid-run
-    # kill -9 as soon as a record of an unfinished round is committed: the rest of that round is in flight
+    # kill -9 once a record of an unfinished round is committed (checked with the run frozen): the rest of
+    # that round is in flight
     seen = {"rounds": _lines(rounds_path), "records": _lines(records_path)}
 
     def mid_round():
@@ -212,7 +213,20 @@ def _kill_then_resume(runs) -> dict:
             return False
         return n > seen["records"]
 
-    wait(mid_round, "no record committed mid-round")
+    def frozen_mid_round():
+        """Freeze the run (``SIGSTOP``: its thread that writes both logs stops too), then check again: a round
+        recorded between the poll and the freeze would leave no round in flight, so the run goes on."""
+        if not mid_round():
+            return False
+        os.kill(winner.pid, signal.SIGSTOP)
+        while psutil.Process(winner.pid).status() != psutil.STATUS_STOPPED:
+            time.sleep(0.001)
+        if mid_round() and open(records_path, "rb").read().endswith(b"\n"):
+            return True
+        os.kill(winner.pid, signal.SIGCONT)
+        return False
+
+    wait(frozen_mid_round, "no record committed mid-round")
     helpers = psutil.Process(winner.pid).children(recursive=True)
     os.kill(winner.pid, signal.SIGKILL)
     winner.wait()
