@@ -141,7 +141,9 @@ def weight_prepack_passes() -> list:
     """
     from tvm import relax
 
-    return [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
+    from dynatune.model.constant_folding import fold_constants_passes
+
+    return [relax.transform.SplitLayoutRewritePreproc(), *fold_constants_passes()]
 
 
 def export(executable, path: str) -> str:

@@ -178,6 +178,7 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
     """
     from tvm import relax
 
+    from dynatune.model.constant_folding import fold_constants_passes
     from dynatune.model.fast_math import fast_math_pass
     from dynatune.model.layout import conv_layout_passes, resolve_conv_layout
 
@@ -205,7 +206,7 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
     passes += [
         relax.transform.LegalizeOps(customize_legalize_map=_conv_legalize(target, lowering)),
         relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
+        *fold_constants_passes(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
     ]

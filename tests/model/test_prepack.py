@@ -98,6 +98,7 @@ def test_tuned_prepacked_model_matches_onnxruntime_in_plain_tvm(cpu_target, tmp_
         for rec in db.get_all_tuning_records():  # the runner measured the kernel on the rewritten weights
             assert "meta_schedule.layout_rewrite_preproc" in str(rec.trace)
         executable = build(model, cpu_target, db)
+        prepack_in_one_build_as_fold_constant_would(model, cpu_target, db)
     finally:
         s2.close()
     text = executable.as_text()
@@ -107,3 +108,22 @@ def test_tuned_prepacked_model_matches_onnxruntime_in_plain_tvm(cpu_target, tmp_
     no_transform_params = "assert not vm.module.implements_function('main_transform_params')"
     check = run_in_plain_tvm(model, artifact, tmp_path, extra_check=no_transform_params)
     assert check.ok and check.max_rel_err < 1e-4
+
+
+def prepack_in_one_build_as_fold_constant_would(model, target, db):
+    """The compiler's weight packing (constants folded in one build) gives what FoldConstant alone gives."""
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+    from tvm.relax.transform import MetaScheduleApplyDatabase
+
+    from dynatune.compiler.compile import weight_prepack_passes
+    from dynatune.model.constant_folding import calls_on_constants
+
+    with target, db, tvm.transform.PassContext(opt_level=3):
+        tuned = MetaScheduleApplyDatabase(enable_warning=False)(fuse(model.bound_module(), target))
+        split = relax.transform.SplitLayoutRewritePreproc()(tuned)
+        assert calls_on_constants(split, split["main"])  # weights to pack at compile time
+        ours = tvm.transform.Sequential(weight_prepack_passes())(tuned)
+        theirs = relax.transform.FoldConstant()(split)
+    assert tvm_ffi.structural_equal(ours, theirs)
