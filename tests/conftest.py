@@ -29,6 +29,33 @@ atexit.register(shutil.rmtree, _SESSION_LIBRARY, True)  # (one was left in /tmp 
 os.environ["DYNATUNE_LIBRARY_URL"] = f"sqlite:///{_SESSION_LIBRARY}/library.db"
 
 
+# The test files that take longest (their tests' wall seconds in a run of the suite: bench.suite_cpu),
+# longest first. pytest-xdist's ``--dist loadfile`` hands files to its workers in collection order
+# (pyproject's addopts turn its reordering by test count off: that put these files, each a few long tests,
+# last), so they start first and the many short files fill the end: neither worker idles long while the
+# other finishes a long file.
+LONGEST_FILES = [
+    "tests/test_benchmarks.py",
+    "tests/test_secrets.py",
+    "tests/run/test_operations.py",
+    "tests/run/test_pipeline.py",
+    "tests/run/test_reliability.py",
+    "tests/compiler/test_winograd_choice.py",
+    "tests/compiler/test_vs_onnxruntime.py",
+    "tests/bench/test_livebench.py",
+    "tests/library/test_library.py",
+    "tests/compiler/test_artifact.py",
+    "tests/model/test_model.py",
+]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The longest files first (:data:`LONGEST_FILES`), the others in their order; each file's tests in
+    theirs."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 def pytest_collection_finish(session):
     """The end-to-end tests (all in the slow tier) run Prefect in a migrated Prefect home
     (helpers.prefect_home): its template is built in the background while the first tests run."""
