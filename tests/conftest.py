@@ -20,6 +20,7 @@ os.environ["PYTHONPATH"] = ROOT + (
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 from helpers import cli_environment, make_tiny_onnx, make_winograd_cnn, prepare_prefect_home_template  # noqa: E402
+from servers import mlflow_uris_kept  # noqa: E402
 
 # The schedule library (on by default) is never the user's (~/.cache/dynatune): a session-wide one for
 # session fixtures, one per module for module fixtures (a registry fixture's v2 run starts from its v1 run,
@@ -81,6 +82,14 @@ def spare_tuning_workers():
     from dynatune.search import spare_workers
 
     spare_workers.enable()
+
+
+@pytest.fixture(autouse=True)
+def mlflow_uris_restored():
+    """MLflow's fluent URIs and their variables put back after each test (:func:`servers.mlflow_uris_kept`):
+    a test that points MLflow at its server must not point the next tests of its process there."""
+    with mlflow_uris_kept():
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)

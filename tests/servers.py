@@ -1,9 +1,51 @@
 """Test helpers for the tests that run servers on loopback: ports, waiting, stopping, registering models."""
 
+import contextlib
+import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+
+MLFLOW_URI_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+
+
+@contextlib.contextmanager
+def mlflow_uris_kept():
+    """MLflow's fluent tracking and registry URIs, and the variables MLflow exports them to, as they were.
+
+    ``mlflow.set_tracking_uri`` keeps its URI in the process and exports it to the environment; putting back
+    what ``mlflow.get_tracking_uri()`` read (a resolved default, or a URI taken from a variable a test set
+    for itself) pins it for every later test of the process, whose runs then log to a server long gone. So
+    MLflow's own values are kept (None: never set) and put back, then the variables, exactly."""
+    env = {name: os.environ.get(name) for name in MLFLOW_URI_VARIABLES}
+    before = _mlflow_uris()
+    try:
+        yield
+    finally:
+        if "mlflow" in sys.modules:
+            from mlflow.tracking._model_registry import utils as registry
+            from mlflow.tracking._tracking_service import utils as tracking
+
+            tracking.set_tracking_uri(before[0])  # (None unsets it; MLflow's tracer follows the change)
+            registry._registry_uri = before[1]
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _mlflow_uris() -> tuple:
+    """MLflow's fluent tracking and registry URIs as set in this process (None: never set, or MLflow not
+    imported yet)."""
+    if "mlflow" not in sys.modules:
+        return None, None
+    from mlflow.tracking._model_registry import utils as registry
+    from mlflow.tracking._tracking_service import utils as tracking
+
+    return tracking._tracking_uri, registry._registry_uri
 
 
 def register_model(uri: str, name: str, path: str, artifacts: str) -> str:

@@ -11,7 +11,7 @@ import os
 import shutil
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, randomized_light_model
 
 BENCH = os.path.join(ROOT, "bench")
 MODULES = sorted(
@@ -356,3 +356,14 @@ def test_suite_cpu_counts_each_process_of_a_pytest_run_by_kind_and_test(tmp_path
     assert doc["by_kind"]["python -c (pytest-xdist workers, scripts)"]["processes"] == 1  # what the test ran
     assert doc["top_tests"][0]["test"] == test and doc["top_tests"][0]["cpu_s"] > 0
     assert 0 < doc["counted_cpu_s"] <= doc["total_cpu_s"] * 1.05
+
+
+def test_constant_folding_times_both_ways_and_finds_the_same_module(tmp_path):
+    from bench.constant_folding import main
+
+    out = tmp_path / "folding.json"
+    model = randomized_light_model("squeezenet", str(tmp_path / "squeezenet.onnx"))
+    assert main([model, "--rounds", "1", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["models"]
+    assert row["same_module"] and row["calls_on_constants"] > 0
+    assert set(row["seconds"]) == {"fold_constant_alone", "one_build"} and row["ratio"]["median"] > 0

@@ -256,10 +256,8 @@ def test_a_password_in_every_url_setting_and_in_tags_is_recorded_nowhere(
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    import mlflow
 
-    saved = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-    try:
+    try:  # (MLflow's URIs, which register_model and the watcher set: conftest's mlflow_uris_restored)
         register_model(uri, "secret-net", model, str(mlflow_server["dir"] / "artifacts"))
         from dynatune.flows.watch_registry import watch_registry
 
@@ -274,8 +272,6 @@ def test_a_password_in_every_url_setting_and_in_tags_is_recorded_nowhere(
         assert all(PASSWORD not in repr(d.parameters) for d in deps)
         assert deps[-1].parameters["tracking_uri"].startswith("env:")
     finally:
-        mlflow.set_tracking_uri(saved[0])
-        mlflow.set_registry_uri(saved[1])
         tuning.shutdown()  # waits for the CLI's run
     out = tuned.result()
     assert out.returncode == 0, out.stderr[-3000:]

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from helpers import ROOT, make_tiny_onnx, prefect_home
 from servers import free_port as _free_port
-from servers import register_model
+from servers import mlflow_uris_kept, register_model
 from servers import stop_process as _stop
 from servers import wait_for as _wait_for
 
@@ -46,7 +46,6 @@ def registry(tmp_path_factory, prefect_stack):
     (It asks for ``prefect_stack`` only so that the Prefect server starts in the background meanwhile.)
     """
     d = tmp_path_factory.mktemp("registry")
-    import mlflow
 
     # everything set here is put back afterwards: later tests' subprocesses copy this environment
     saved = {
@@ -59,42 +58,40 @@ def registry(tmp_path_factory, prefect_stack):
             "PREFECT_LOGGING_LEVEL",
         )
     }
-    saved_uris = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
-    os.environ["PREFECT_HOME"] = prefect_home(d / ".prefect")  # Prefect's local ephemeral mode, in a temp dir
-    os.environ.pop("PREFECT_API_URL", None)
-    os.environ.pop("MLFLOW_TRACKING_URI", None)
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    try:
-        from dynatune.flows.watch_registry import watch_registry
+    with mlflow_uris_kept():  # (MLflow's URIs: register_model and the watcher set them)
+        os.environ["PREFECT_HOME"] = prefect_home(d / ".prefect")  # Prefect's local mode, in a temp dir
+        os.environ.pop("PREFECT_API_URL", None)
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        try:
+            from dynatune.flows.watch_registry import watch_registry
 
-        uri = f"sqlite:///{d / 'mlflow.db'}"
-        v1 = make_tiny_onnx(str(d / "v1.onnx"), batch=1, channels=8)
-        v2 = make_tiny_onnx(str(d / "v2.onnx"), batch=1, channels=8, extra_layer=True)
-        out = {"dir": d, "uri": uri, "v1_path": v1, "v2_path": v2}
+            uri = f"sqlite:///{d / 'mlflow.db'}"
+            v1 = make_tiny_onnx(str(d / "v1.onnx"), batch=1, channels=8)
+            v2 = make_tiny_onnx(str(d / "v2.onnx"), batch=1, channels=8, extra_layer=True)
+            out = {"dir": d, "uri": uri, "v1_path": v1, "v2_path": v2}
 
-        def watch():
-            return watch_registry([NAME], dict(FAST), uri, work_root=str(d / "runs"))
+            def watch():
+                return watch_registry([NAME], dict(FAST), uri, work_root=str(d / "runs"))
 
-        t0 = time.perf_counter()
-        out["version1"] = register_model(uri, NAME, v1, str(d / "artifacts"))
-        out["pass1"] = watch()  # tunes version 1
-        from dynatune.tasks.registry import champion
+            t0 = time.perf_counter()
+            out["version1"] = register_model(uri, NAME, v1, str(d / "artifacts"))
+            out["pass1"] = watch()  # tunes version 1
+            from dynatune.tasks.registry import champion
 
-        out["champion_after_pass1"] = champion(uri, NAME)  # version 2's pass may move it
-        out["pass2"] = watch()  # nothing new
-        out["version2"] = register_model(uri, NAME, v2, str(d / "artifacts"))
-        out["pass3"] = watch()  # tunes version 2, warm-started from version 1
-        out["wall_s"] = time.perf_counter() - t0
-        yield out
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        mlflow.set_tracking_uri(saved_uris[0])
-        mlflow.set_registry_uri(saved_uris[1])
+            out["champion_after_pass1"] = champion(uri, NAME)  # version 2's pass may move it
+            out["pass2"] = watch()  # nothing new
+            out["version2"] = register_model(uri, NAME, v2, str(d / "artifacts"))
+            out["pass3"] = watch()  # tunes version 2, warm-started from version 1
+            out["wall_s"] = time.perf_counter() - t0
+            yield out
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def test_new_model_version_triggers_a_tuning_run_linked_back(registry):
