@@ -34,7 +34,9 @@ os.environ["DYNATUNE_LIBRARY_URL"] = f"sqlite:///{_SESSION_LIBRARY}/library.db"
 # longest first. pytest-xdist's ``--dist loadfile`` hands files to its workers in collection order
 # (pyproject's addopts turn its reordering by test count off: that put these files, each a few long tests,
 # last), so they start first and the many short files fill the end: neither worker idles long while the
-# other finishes a long file.
+# other finishes a long file. (Two files that read the session's ``tiny_run`` may still each make it, one
+# per worker: loadfile cannot pin files to one worker, and ``--dist loadgroup``, which could, does not group
+# under pytest 9: it renames tests through ``item._nodeid``, which pytest 9 no longer reads.)
 LONGEST_FILES = [
     "tests/test_benchmarks.py",
     "tests/test_secrets.py",
