@@ -34,9 +34,7 @@ os.environ["DYNATUNE_LIBRARY_URL"] = f"sqlite:///{_SESSION_LIBRARY}/library.db"
 # longest first. pytest-xdist's ``--dist loadfile`` hands files to its workers in collection order
 # (pyproject's addopts turn its reordering by test count off: that put these files, each a few long tests,
 # last), so they start first and the many short files fill the end: neither worker idles long while the
-# other finishes a long file. (Two files that read the session's ``tiny_run`` may still each make it, one
-# per worker: loadfile cannot pin files to one worker, and ``--dist loadgroup``, which could, does not group
-# under pytest 9: it renames tests through ``item._nodeid``, which pytest 9 no longer reads.)
+# other finishes a long file.
 LONGEST_FILES = [
     "tests/test_benchmarks.py",
     "tests/test_secrets.py",
@@ -50,6 +48,15 @@ LONGEST_FILES = [
     "tests/compiler/test_artifact.py",
     "tests/model/test_model.py",
 ]
+# The files that read the session fixtures ``tiny_run`` (a real run: 90 s) and ``compiled_tiny`` (30 s): one
+# unit of ``--dist loadfile`` (:func:`pytest_xdist_make_scheduler`), so one worker makes each fixture once.
+SESSION_RUN_FILES = {
+    "tests/test_benchmarks.py",  # both
+    "tests/run/test_pipeline.py",  # tiny_run
+    "tests/compiler/test_artifact.py",  # compiled_tiny, as the two below
+    "tests/run/test_tracking.py",
+    "tests/run/test_tuned_model.py",
+}
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -57,6 +64,23 @@ def pytest_collection_modifyitems(session, config, items):
     theirs."""
     rank = {name: i for i, name in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the :data:`SESSION_RUN_FILES` as one unit, handed to one worker where the
+    first of them comes in the collection order. (``--dist loadgroup`` would group them by a mark, but does
+    not under pytest 9: pytest-xdist 3.8 renames the tests through ``item._nodeid``, which pytest 9 no longer
+    reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SessionRunFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "session-run-files" if scope in SESSION_RUN_FILES else scope
+
+    return SessionRunFilesTogether(config, log)
 
 
 def pytest_collection_finish(session):
