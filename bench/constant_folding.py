@@ -18,22 +18,27 @@ import time
 from bench.harness import parser, results_path, spread, stem, write_json
 
 
+def pipelines(target) -> tuple[list, dict]:
+    """The lowering's passes before constant folding, and the two ways on from there:
+    ``{"fold_constant_alone": passes, "one_build": passes}``."""
+    from dynatune.model.extract import fuse_passes
+
+    passes = fuse_passes(target)
+    at = [p.info.name for p in passes].index("FoldCallsOnConstants")
+    return passes[:at], {"fold_constant_alone": passes[at + 1 :], "one_build": passes[at:]}
+
+
 def lower_both_ways(model, target) -> dict:
     """One round: the seconds with FoldConstant alone and with the one-build folding first, and the two
     fused modules."""
     import tvm
 
-    from dynatune.model.extract import fuse_passes
-
-    passes = fuse_passes(target)
-    names = [p.info.name for p in passes]
-    at = names.index("FoldCallsOnConstants")
-    variants = {"fold_constant_alone": passes[:at] + passes[at + 1 :], "one_build": passes}
+    before, ways = pipelines(target)
     out = {}
-    for name, pipeline in variants.items():
+    for name, after in ways.items():
         with target, tvm.transform.PassContext(opt_level=3):
             t0 = time.perf_counter()
-            fused = tvm.transform.Sequential(pipeline)(model.bound_module())
+            fused = tvm.transform.Sequential(before + after)(model.bound_module())
             out[name] = (time.perf_counter() - t0, fused)
     return out
 
@@ -43,12 +48,10 @@ def folded_calls(model, target) -> int:
     import tvm
 
     from dynatune.model.constant_folding import calls_on_constants
-    from dynatune.model.extract import fuse_passes
 
-    passes = fuse_passes(target)
-    at = [p.info.name for p in passes].index("FoldCallsOnConstants")
+    before, _ = pipelines(target)
     with target, tvm.transform.PassContext(opt_level=3):
-        legalized = tvm.transform.Sequential(passes[:at])(model.bound_module())
+        legalized = tvm.transform.Sequential(before)(model.bound_module())
     return len(calls_on_constants(legalized, legalized["main"]))
 
 

@@ -78,8 +78,8 @@ def calls_on_constants(mod, func) -> list[tuple]:
                 continue
             if not call.op.same_as(call_tir) or len(call.args) != 2:
                 continue
-            func, args = call.args
-            if not isinstance(args, relax.Tuple) or not isinstance(mod[func], tirx.PrimFunc):
+            callee, args = call.args
+            if not isinstance(args, relax.Tuple) or not isinstance(mod[callee], tirx.PrimFunc):
                 continue
             if (outputs := _static_outputs(call)) is None or not _worth_folding(outputs, args):
                 continue

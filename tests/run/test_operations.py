@@ -47,13 +47,13 @@ def registry(tmp_path_factory, prefect_stack):
     """
     d = tmp_path_factory.mktemp("registry")
 
-    # everything set here is put back afterwards: later tests' subprocesses copy this environment
+    # everything set here is put back afterwards (MLflow's URIs by mlflow_uris_kept): later tests'
+    # subprocesses copy this environment
     saved = {
         k: os.environ.get(k)
         for k in (
             "PREFECT_HOME",
             "PREFECT_API_URL",
-            "MLFLOW_TRACKING_URI",
             "PREFECT_SERVER_ANALYTICS_ENABLED",
             "PREFECT_LOGGING_LEVEL",
         )
