@@ -13,9 +13,9 @@ and the run's MLflow store), fresh processes, one per way of loading:
 - ``loader``: ``dynatune.runtime.load(model.so).predict(inputs)``, the README's first way;
 - ``pyfunc``: ``mlflow.pyfunc.load_model(summary.tuned_model_uri).predict(inputs)``, its second (dynatune is
   not imported at all: the MLflow model brings its own copy of the loader); in the same rotation, the same
-  pyfunc model's own ``predict`` called directly (``unwrap_python_model()``: MLflow's ``PyFuncModel.predict``,
-  its signature enforcement and ``inspect.signature`` calls, bypassed), so ``vs_unwrapped`` is what MLflow's
-  wrapper costs a call;
+  pyfunc model's own ``predict`` called directly (``PyFuncModel._model_impl``, MLflow's stable developer
+  API: its ``PyFuncModel.predict``, signature enforcement and prediction context, bypassed), so
+  ``vs_unwrapped`` is what MLflow's wrapper costs a call;
 - ``loader beside OpenVINO`` (with OpenVINO installed): the loader, ONNX Runtime and OpenVINO in one rotation;
 - ``plain TVM``: ``tvm.runtime.load_module`` + ``relax.VirtualMachine``, ``vm["main"](*tensors)``, with
   nothing set: what a user who followed the README before it named ``TVM_NUM_THREADS`` got;
@@ -106,8 +106,8 @@ if spec["openvino"]:
     request = compiled.create_infer_request()
     sides["openvino_ms"] = lambda: request.infer(inputs)
 if way == "pyfunc":  # the same model with MLflow's PyFuncModel.predict (signature enforcement) bypassed
-    python_model = pyfunc_model.unwrap_python_model()
-    sides["unwrapped_ms"] = lambda: python_model.predict(None, inputs)
+    model_impl = pyfunc_model._model_impl
+    sides["unwrapped_ms"] = lambda: model_impl.predict(inputs)
 names = list(sides)
 for name in names:
     block(sides[name])

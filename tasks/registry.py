@@ -248,7 +248,7 @@ def promote(uri: str, tuned: str, tuned_version: str, summary: RunSummary, quiet
     against the champion's library, downloaded here); returns the :class:`Promotion`."""
     import mlflow
 
-    from dynatune.runtime import LIBRARY_FILE
+    from dynatune.tasks.tuned_model import library_in_model
 
     client = _client(uri)
     try:
@@ -263,7 +263,7 @@ def promote(uri: str, tuned: str, tuned_version: str, summary: RunSummary, quiet
             local = mlflow.artifacts.download_artifacts(
                 artifact_uri=f"models:/{tuned}/{holder.version}", dst_path=tmp, tracking_uri=uri
             )
-            champion = os.path.join(local, "artifacts", LIBRARY_FILE)
+            champion = library_in_model(local)
         promotion = decide(summary.artifact, champion, numerics_ok=bool(summary.numerics_ok), quiet=quiet)
     if promotion.promoted:
         client.set_registered_model_alias(tuned, CHAMPION, tuned_version)

@@ -1,10 +1,10 @@
-"""The tuned model of a run as an MLflow model: pyfunc flavor, logged from code
-(:mod:`dynatune.tasks.pyfunc_model`).
+"""The tuned model of a run as an MLflow model: pyfunc flavor, with its own loader module
+(:mod:`dynatune.tasks.pyfunc_model`), saved as files only (no pickle).
 
-:func:`log_tuned_model` logs it into a run as ``tuned_model``: the library and its metadata as artifacts,
-a copy of :mod:`dynatune.runtime` as its code, a signature and an input example from the ONNX model's
-inputs and outputs (as the metadata records them), and pinned pip requirements for what loading needs
-(TVM, its FFI, numpy; MLflow adds itself). Then, in a plain Python process::
+:func:`log_tuned_model` logs it into a run as ``tuned_model``: the library and its metadata as the model's
+data, the loader module and a copy of :mod:`dynatune.runtime` as its code, a signature and an input example
+from the ONNX model's inputs and outputs (as the metadata records them), and pinned pip requirements for
+what loading needs (TVM, its FFI, numpy; MLflow adds itself). Then, in a plain Python process::
 
     model = mlflow.pyfunc.load_model("runs:/<run id>/tuned_model")
     outputs = model.predict({"data": x})
@@ -25,9 +25,13 @@ from dynatune import runtime
 from dynatune.tasks.mlflow_store import point_mlflow_at
 
 MODEL_NAME = "tuned_model"  # the model's name in its run: runs:/<run id>/tuned_model
-# the model's code, run by MLflow when it loads the model (never imported here: it sets MLflow's model)
-MODEL_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyfunc_model.py")
-LIBRARY_ARTIFACT, METADATA_ARTIFACT = "library", "metadata"  # their keys among the model's artifacts
+# the model's loader module, imported by MLflow when it loads the model (never here: it imports the
+# runtime's copy by its name in the model's code), and the names both take in the model's code
+LOADER_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyfunc_model.py")
+LOADER_MODULE, RUNTIME_MODULE = "dynatune_pyfunc", "dynatune_runtime"
+DATA_DIR = "library"  # the model's data: data/library/model.so and its model.json
+# where models logged before the loader module (as a PythonModel from code) kept the library
+OLD_LIBRARY_DIR = "artifacts"
 REQUIREMENTS = ("apache-tvm", "apache-tvm-ffi", "numpy")  # what loading needs, pinned to this environment
 
 
@@ -63,17 +67,29 @@ def log_tuned_model(library: str, run_id: str, tracking_uri: str):
     import mlflow
 
     meta = runtime.read_metadata(library)
-    with tempfile.TemporaryDirectory(prefix="dynatune-pyfunc-") as code:
-        loader = os.path.join(code, "dynatune_runtime.py")  # the runtime, under the name the model imports
-        shutil.copyfile(runtime.__file__, loader)
+    with tempfile.TemporaryDirectory(prefix="dynatune-pyfunc-") as tmp:
+        data = os.path.join(tmp, DATA_DIR)
+        os.makedirs(data)
+        copy = os.path.join(data, runtime.LIBRARY_FILE)  # what runtime.load(directory) loads
+        shutil.copyfile(library, copy)
+        shutil.copyfile(runtime.metadata_path(library), runtime.metadata_path(copy))
+        code = [os.path.join(tmp, f"{name}.py") for name in (LOADER_MODULE, RUNTIME_MODULE)]
+        shutil.copyfile(LOADER_CODE, code[0])
+        shutil.copyfile(runtime.__file__, code[1])  # under the name the loader module imports
         point_mlflow_at(tracking_uri)
         with mlflow.start_run(run_id=run_id):
             return mlflow.pyfunc.log_model(
                 name=MODEL_NAME,
-                python_model=MODEL_CODE,
-                artifacts={LIBRARY_ARTIFACT: library, METADATA_ARTIFACT: runtime.metadata_path(library)},
-                code_paths=[loader],
+                loader_module=LOADER_MODULE,
+                data_path=data,
+                code_paths=code,
                 signature=signature(meta),
                 input_example=input_example(meta),
                 pip_requirements=pip_requirements(),
             )
+
+
+def library_in_model(model_dir: str) -> str:
+    """The compiled library inside a downloaded tuned model's directory (either layout)."""
+    path = os.path.join(model_dir, "data", DATA_DIR, runtime.LIBRARY_FILE)
+    return path if os.path.exists(path) else os.path.join(model_dir, OLD_LIBRARY_DIR, runtime.LIBRARY_FILE)

@@ -1,6 +1,6 @@
-"""The tuned model as an MLflow model (tasks.tuned_model): logged from code (no pickle) into a run of a real
-SQLite store, loaded with pyfunc in a plain Python process (no dynatune), and served by a real
-``mlflow models serve`` on loopback that answers an HTTP request."""
+"""The tuned model as an MLflow model (tasks.tuned_model): logged with its own loader module (no pickle)
+into a run of a real SQLite store, loaded with pyfunc in a plain Python process (no dynatune), and served
+by a real ``mlflow models serve`` on loopback that answers an HTTP request."""
 
 import json
 import os
@@ -54,7 +54,14 @@ def test_the_model_holds_no_pickle_and_pins_what_loading_needs(logged):
     )
     files = {os.path.relpath(os.path.join(r, f), local) for r, _, fs in os.walk(local) for f in fs}
     assert not [f for f in files if f.endswith((".pkl", ".pickle", ".cloudpickle"))], files
-    assert {"artifacts/model.so", "artifacts/model.json", "code/dynatune_runtime.py", "MLmodel"} <= files
+    assert {
+        "data/library/model.so",
+        "data/library/model.json",
+        "code/dynatune_pyfunc.py",
+        "code/dynatune_runtime.py",
+        "MLmodel",
+    } <= files
+    assert "python_model" not in open(os.path.join(local, "MLmodel")).read()  # MLflow's wrapper: not used
     reqs = open(os.path.join(local, "requirements.txt")).read().split()
     names = {r.split("==")[0] for r in reqs}
     assert {"apache-tvm", "apache-tvm-ffi", "numpy", "mlflow"} <= names and all("==" in r for r in reqs)
@@ -69,11 +76,13 @@ def test_pyfunc_in_a_plain_process_predicts_what_onnxruntime_does(logged, compil
     code = f"""
 import json, sys, numpy as np, mlflow
 model = mlflow.pyfunc.load_model({logged["model_uri"]!r})
-y = model.predict({{"x": np.load({str(tmp_path / "x.npy")!r})}})["y"]
+x = np.load({str(tmp_path / "x.npy")!r})
+y = model.predict({{"x": x}})["y"]
 np.save({str(tmp_path / "y.npy")!r}, y)
 import tvm
 print(json.dumps({{"dynatune": sorted(m for m in sys.modules if m.split(".")[0] == "dynatune"),
-                  "threads": tvm.get_global_func("runtime.NumThreads")()}}))
+                  "threads": tvm.get_global_func("runtime.NumThreads")(),
+                  "bare_array_same": bool((model.predict(x)["y"] == y).all())}}))
 """
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -86,6 +95,7 @@ print(json.dumps({{"dynatune": sorted(m for m in sys.modules if m.split(".")[0] 
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["dynatune"] == []  # loaded by the model's own copy of the runtime, not by dynatune
     assert got["threads"] == min(2, os.cpu_count())  # the thread pool it was timed with
+    assert got["bare_array_same"]  # a model with one input takes its array bare too
     ref = _reference(compiled_tiny, x)
     assert np.abs(np.load(tmp_path / "y.npy") - ref).max() / np.abs(ref).max() <= 1e-4
 
@@ -118,3 +128,14 @@ def test_mlflow_models_serve_answers_on_loopback(logged, compiled_tiny, tmp_path
         assert y.shape == ref.shape and np.abs(y - ref).max() / np.abs(ref).max() <= 1e-4
     finally:
         stop_process(proc)
+
+
+def test_the_library_is_found_in_a_downloaded_model_of_either_layout(tmp_path):
+    from dynatune.tasks.tuned_model import library_in_model
+
+    new, old = tmp_path / "new" / "data" / "library", tmp_path / "old" / "artifacts"  # old: a PythonModel's
+    for d in (new, old):
+        d.mkdir(parents=True)
+        (d / "model.so").write_bytes(b"")
+    assert library_in_model(str(tmp_path / "new")) == str(new / "model.so")
+    assert library_in_model(str(tmp_path / "old")) == str(old / "model.so")
