@@ -164,6 +164,9 @@ def mlflow_server(tmp_path_factory):
     d = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    # no job consumer beside it (MLflow's background jobs, for GenAI evaluation): a huey process per
+    # worker, 40 s of CPU over the suite for nothing this test reads
+    env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     log = open(d / "server.log", "w")
     proc = subprocess.Popen(
         [

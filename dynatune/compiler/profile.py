@@ -71,12 +71,16 @@ class KernelRow:
         d["alone_total_ms"] = self.alone_total_ms
         d["gflops_in_model"] = _gflops(self.flops, self.in_model_ms / max(self.calls, 1))
         d["gflops_alone"] = _gflops(self.flops, self.alone_ms)
-        known = bool(roof and self.flops and self.alone_ms)
+        # a task with no reduction has no FLOPs (dynatune.model.flops): its roof is its bytes
+        known = bool(roof and (self.flops or self.bytes) and self.alone_ms)
         d["peak_flops"] = roof.peak_flops if roof else None
-        d["pct_of_peak_alone"] = 100 * d["gflops_alone"] * 1e9 / roof.peak_flops if known else None
+        d["pct_of_peak_alone"] = (
+            100 * d["gflops_alone"] * 1e9 / roof.peak_flops if known and self.flops else None
+        )
         # memory-bound kernels are judged against the bandwidth roof, compute-bound ones against the peak
-        d["bound_by"] = roof.limit(self.flops, self.bytes or 0.0) if known else None
-        share = roof.share_of_roof(self.flops, self.bytes or 0.0, self.alone_ms * 1e-3) if known else None
+        flops, nbytes = self.flops or 0.0, self.bytes or 0.0
+        d["bound_by"] = roof.limit(flops, nbytes) if known else None
+        share = roof.share_of_roof(flops, nbytes, self.alone_ms * 1e-3) if known else None
         d["pct_of_roof_alone"] = None if share is None else 100 * share
         d["alone_vs_onnxruntime_op"] = (
             self.alone_ms / self.onnxruntime_op_ms if self.alone_ms and self.onnxruntime_op_ms else None
@@ -344,7 +348,8 @@ def markdown(prof: dict, top: int = 25) -> str:
         f"{prof['runs']} instrumented runs. Kernels are timed by calling them from the instrument; other "
         f"calls between its callbacks, less {prof['instrument_overhead_us']:.2f} us (a no-op call's window), "
         "which leaves their arguments' conversion in: an upper bound. The peak is the rate at which the "
-        "cores issue vector FMAs (a register-only FMA loop), which no kernel's FLOPs pass. A kernel's roof "
+        "cores issue vector FMAs (a register-only FMA loop), which no kernel's FLOPs pass: its reductions' "
+        "(a convolution's multiply-adds, a mean's sums; not an activation's ops). A kernel's roof "
         "is the least time its FLOPs take at the peak or its bytes (each argument once) at the memory "
         "bandwidth, whichever is longer (compute- or memory-bound); a memory-bound kernel whose data "
         "stays in the caches passes it.",

@@ -257,7 +257,8 @@ def extract_tasks(model, target, lowering: Lowering = Lowering(), fused=None) ->
     matches. ``fused``: the model already lowered so (:func:`fuse`), not lowered again.
     """
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.analysis import estimate_tir_flops
+
+    from dynatune.model.flops import task_flops
 
     if fused is None:
         fused = fuse(model.bound_module(), target, lowering)
@@ -275,7 +276,7 @@ def extract_tasks(model, target, lowering: Lowering = Lowering(), fused=None) ->
         if task_key(mod) in placed:  # the compiled model never calls it
             continue
         try:
-            flops = float(estimate_tir_flops(mod))
+            flops = task_flops(mod)
         except Exception:  # some ops (e.g. with dynamic loops) have no estimate
             flops = 0.0
         tasks.append(Task(0, str(ex.task_name), task_key(mod), int(ex.weight), flops, mod))
