@@ -8,9 +8,10 @@ dynatune, and not even MLflow's ``PythonModel``. Logged by :func:`dynatune.tasks
 which never imports this file (it is MLflow's to run).
 
 A loader module, not a ``PythonModel`` logged from code: MLflow wraps a ``PythonModel`` in a second layer
-that calls ``inspect.signature`` on its ``predict`` at every call; with the signature's checks that was
-about 50 us a call on a 0.7-0.9 ms model (7 %). Here MLflow calls :attr:`TunedModelPyfunc.predict`
-directly, whose signature is computed once (bench.deployed_speed's ``vs_unwrapped``).
+that calls ``inspect.signature`` on its ``predict`` at every call. MLflow's Python took 25.7 us a call so
+(the model stubbed), 8.1 us here, where MLflow calls :attr:`TunedModelPyfunc.predict` directly, whose
+signature is computed once; pyfunc's cost over the model called directly is bench.deployed_speed's
+``vs_unwrapped`` (BENCHMARKS.md, #54).
 """
 
 import inspect

@@ -120,11 +120,13 @@ def test_a_copied_work_dir_goes_on_in_a_new_run_and_leaves_the_original_alone(
 ):
     from mlflow import MlflowClient
 
+    from dynatune.tasks.tuned_model import DATA_DIR
+
     orig, copy = tmp_path / "orig", tmp_path / "copy"
     first, _ = _track_a_run(tiny_onnx, orig, {}, "original model", compiled_tiny)
     old_id = first.tracker.run_id
     artifacts_before = _files(WorkDir(str(orig)).mlartifacts)
-    metadata = os.path.join("artifacts", "artifacts", "model.json")  # in the run's tuned model
+    metadata = os.path.join("data", DATA_DIR, "model.json")  # in the run's tuned model
     assert [p for p in artifacts_before if p.endswith(metadata)]
     subprocess.run(["cp", "-a", str(orig), str(copy)], check=True)
 
