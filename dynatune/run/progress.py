@@ -212,8 +212,8 @@ class LiveView(RunCallback):
             lines.append(f"  why tuning ended{saved}: {s.stop_reason}")
         if s.never_tuned_tasks:
             lines.append(
-                f"  {len(s.never_tuned_tasks)} of {s.tasks} tasks were never tuned (the budget "
-                f"could not pay one batch each): they run their untuned schedules"
+                f"  {len(s.never_tuned_tasks)} of {s.tasks} tasks were never tuned (no batch before tuning "
+                f"ended, no schedule from an earlier run): they run their untuned schedules"
             )
         lines.append(f"  compiled library: {s.artifact}")
         if s.artifact_metadata:

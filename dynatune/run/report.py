@@ -499,8 +499,8 @@ def markdown_report(summary: RunSummary | dict | None, rounds: list[dict], path:
     never = summary.never_tuned_tasks
     if never:
         lines += [
-            f"{len(never)} of {_int(summary.tasks)} tasks were never tuned (the budget could not pay "
-            f"one batch each) and run their untuned schedules: "
+            f"{len(never)} of {_int(summary.tasks)} tasks were never tuned (no batch before tuning ended, "
+            f"no schedule from an earlier run) and run their untuned schedules: "
             f"{', '.join(_md_escape(str(n)) for n in never)}.",
             "",
         ]

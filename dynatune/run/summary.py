@@ -52,7 +52,9 @@ class RunSummary(BaseModel):
     )
     warmup_rounds: int | None = Field(None, description="rounds of the coverage pass (first batches)")
     never_tuned_tasks: list[str] = Field(
-        default_factory=list, description="tasks that never got a batch (they run their untuned schedules)"
+        default_factory=list,
+        description="tasks that never got a batch and have no schedule from an earlier run (they run their "
+        "untuned schedules)",
     )
     # -- why tuning ended (dynatune.run.stopping) ------------------------------------------------------
     stopped_early: bool | None = Field(

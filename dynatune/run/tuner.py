@@ -349,8 +349,14 @@ class Tuner:
         return None if ms is None else ms / 1e3
 
     def never_tuned(self) -> list[str]:
-        """Names of the tasks that never got a batch (a budget too small to cover them all)."""
-        return [t.name for t in self.tasks if not self.session.state(t.index).history]
+        """Names of the tasks that run their untuned schedules: no batch before tuning ended (a budget too
+        small to cover them all, or a stop with the tasks still waiting all together under its share) and no
+        schedule from an earlier run (the schedule library's, a warm start's)."""
+        return [
+            t.name
+            for t in self.tasks
+            if not self.session.state(t.index).history and math.isinf(self.session.db.best_latency(t.key))
+        ]
 
     def step(self) -> RoundRecord | None:
         """One round: the coverage pass's next task, else the scheduler's choice. None when every task

@@ -51,6 +51,21 @@ def test_a_small_share_stops_the_pass_and_names_the_tasks_never_tuned(tiny_tasks
         tuner.close()
 
 
+def test_a_task_with_a_schedule_from_an_earlier_run_is_not_named_never_tuned(tiny_tasks, cpu_target, tmp_path):
+    first = _tuner(tiny_tasks, cpu_target, tmp_path / "first", share=1e-6)
+    try:
+        tuned = tiny_tasks[first.step().task]  # one task's first batch, then the pass's share is spent
+        db = first.session.db
+    finally:
+        first.close()
+    again = _tuner(tiny_tasks, cpu_target, tmp_path / "again", share=1e-6)
+    try:
+        assert again.session.import_records(db, {tuned.key}) > 0  # as the library or a warm start seeds it
+        assert len(again.never_tuned()) == len(tiny_tasks) - 1 and tuned.name not in again.never_tuned()
+    finally:
+        again.close()
+
+
 def test_share_zero_is_the_scheduler_alone(tiny_tasks, cpu_target, tmp_path):
     tuner = _tuner(tiny_tasks, cpu_target, tmp_path, share=0.0)
     try:
