@@ -51,7 +51,7 @@ def test_a_small_share_stops_the_pass_and_names_the_tasks_never_tuned(tiny_tasks
         tuner.close()
 
 
-def test_a_task_with_a_schedule_from_an_earlier_run_is_not_named_never_tuned(tiny_tasks, cpu_target, tmp_path):
+def test_a_task_with_an_earlier_runs_schedule_is_not_named_never_tuned(tiny_tasks, cpu_target, tmp_path):
     first = _tuner(tiny_tasks, cpu_target, tmp_path / "first", share=1e-6)
     try:
         tuned = tiny_tasks[first.step().task]  # one task's first batch, then the pass's share is spent
