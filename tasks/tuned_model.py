@@ -73,16 +73,16 @@ def log_tuned_model(library: str, run_id: str, tracking_uri: str):
         copy = os.path.join(data, runtime.LIBRARY_FILE)  # what runtime.load(directory) loads
         shutil.copyfile(library, copy)
         shutil.copyfile(runtime.metadata_path(library), runtime.metadata_path(copy))
-        code = [os.path.join(tmp, f"{name}.py") for name in (LOADER_MODULE, RUNTIME_MODULE)]
-        shutil.copyfile(LOADER_CODE, code[0])
-        shutil.copyfile(runtime.__file__, code[1])  # under the name the loader module imports
+        loader, runtime_copy = (os.path.join(tmp, f"{name}.py") for name in (LOADER_MODULE, RUNTIME_MODULE))
+        shutil.copyfile(LOADER_CODE, loader)
+        shutil.copyfile(runtime.__file__, runtime_copy)  # under the name the loader module imports
         point_mlflow_at(tracking_uri)
         with mlflow.start_run(run_id=run_id):
             return mlflow.pyfunc.log_model(
                 name=MODEL_NAME,
                 loader_module=LOADER_MODULE,
                 data_path=data,
-                code_paths=code,
+                code_paths=[loader, runtime_copy],
                 signature=signature(meta),
                 input_example=input_example(meta),
                 pip_requirements=pip_requirements(),

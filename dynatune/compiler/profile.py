@@ -72,13 +72,11 @@ class KernelRow:
         d["gflops_in_model"] = _gflops(self.flops, self.in_model_ms / max(self.calls, 1))
         d["gflops_alone"] = _gflops(self.flops, self.alone_ms)
         # a task with no reduction has no FLOPs (dynatune.model.flops): its roof is its bytes
-        known = bool(roof and (self.flops or self.bytes) and self.alone_ms)
-        d["peak_flops"] = roof.peak_flops if roof else None
-        d["pct_of_peak_alone"] = (
-            100 * d["gflops_alone"] * 1e9 / roof.peak_flops if known and self.flops else None
-        )
-        # memory-bound kernels are judged against the bandwidth roof, compute-bound ones against the peak
         flops, nbytes = self.flops or 0.0, self.bytes or 0.0
+        known = bool(roof and (flops or nbytes) and self.alone_ms)
+        d["peak_flops"] = roof.peak_flops if roof else None
+        d["pct_of_peak_alone"] = 100 * d["gflops_alone"] * 1e9 / roof.peak_flops if known and flops else None
+        # memory-bound kernels are judged against the bandwidth roof, compute-bound ones against the peak
         d["bound_by"] = roof.limit(flops, nbytes) if known else None
         share = roof.share_of_roof(flops, nbytes, self.alone_ms * 1e-3) if known else None
         d["pct_of_roof_alone"] = None if share is None else 100 * share
