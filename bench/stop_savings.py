@@ -12,6 +12,16 @@ the share of the budget used and the objective at the stop against the full repl
     python -m bench.stop_savings replay [--draws 3] [--budgets 1 2] [--shares 0.005 0.01 0.02 0.05] \\
         [--patience 1 3] [--confidence 1] [--models M ...] [--out bench/results/stopping_replay.json]
 
+``recorded``: the rule on runs tuned here (deterministic, seconds): each work dir given is a run tuned to its
+whole budget (stopping off, or ``live``'s ``run/``, resumed to the budget); the rule is checked after every
+one of its recorded rounds as the tuner checks it (:mod:`dynatune.bench.recorded_run`). The rule chooses no
+task, so where it stops is where the run would have stopped with it, and the run's later rounds say what
+stopping there lost (the estimate at the stop against the run's last); every check keeps the beliefs' bound
+beside what the run still gained after it::
+
+    python -m bench.stop_savings recorded W/readme-s0/run W/mnasnet0_5-s0/run [--share 0.02] \
+        [--patience 3] [--confidence 1] [--out bench/results/stopping_recorded.json]
+
 ``live``: item 4 of the issue, on quiet cores. For each ``--model`` (``default``: the README job's model)
 and seed, cold (a fresh schedule library, a fresh work dir), with the README job's config and ``--budget``:
 
@@ -128,6 +138,40 @@ def replay_table(rows: list[dict]) -> str:
             f"{statistics.median(loss):+.2%} [{max(loss):+.2%}] |"
         )
     return "\n".join(lines)
+
+
+# -- recorded --------------------------------------------------------------------------------------------
+def recorded_rows(work_dirs, share: float, patience: int, confidence: float) -> list[dict]:
+    """One row per recorded run: where the rule stops it, and what the run gained after that."""
+    from dynatune.bench.recorded_run import recorded_rounds, rule_on_run, run_roofline
+    from dynatune.run.stopping import BeliefStopping
+
+    rows = []
+    for work in work_dirs:
+        rounds = recorded_rounds(work, run_roofline(work))
+        r = rule_on_run(rounds, BeliefStopping(share, patience, confidence))
+        rows.append(
+            {
+                "work_dir": work,
+                "share": share,
+                "patience": patience,
+                "confidence": confidence,
+                "stop_round": r.stop_round,
+                "stop_s": r.stop_elapsed_s,
+                "budget_s": r.budget_s,
+                "used_share": r.used_share,
+                "estimate_at_stop_ms": r.estimate_at_stop_s * 1e3,
+                "last_estimate_ms": r.final_estimate_s * 1e3,
+                "loss": r.loss,
+                "checks": r.checks,
+            }
+        )
+        print(
+            f"{work}: stops at {r.stop_elapsed_s:.0f} s of {r.budget_s:.0f} ({r.used_share:.0%}), round "
+            f"{r.stop_round}; its estimate {r.loss:+.2%} against the run's last",
+            flush=True,
+        )
+    return rows
 
 
 # -- live ------------------------------------------------------------------------------------------------
@@ -282,6 +326,12 @@ def main(argv=None):
     rp.add_argument("--patience", type=int, nargs="+", default=[3])
     rp.add_argument("--confidence", type=float, default=1.0, help="stopping.confidence")
     rp.add_argument("--out", default=results_path("stopping_replay.json"))
+    rc = sub.add_parser("recorded", help="the rule on runs tuned to their whole budget here")
+    rc.add_argument("work_dirs", nargs="+", help="work dirs of runs tuned to their whole budget")
+    rc.add_argument("--share", type=float, default=0.02, help="stopping.min_gain_share")
+    rc.add_argument("--patience", type=int, default=3, help="stopping.patience")
+    rc.add_argument("--confidence", type=float, default=1.0, help="stopping.confidence")
+    rc.add_argument("--out", default=results_path("stopping_recorded.json"))
     lv = sub.add_parser("live", help="stopped, full and retune runs, timed side by side")
     lv.add_argument("--model", action="append", default=[], help="an ONNX file, or 'default' (README's)")
     lv.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
@@ -299,6 +349,10 @@ def main(argv=None):
         rows = replay_rows(args.draws, args.budgets, args.shares, args.patience, args.confidence, args.models)
         write_json(args.out, {"rows": rows, "seconds": time.perf_counter() - t0})
         print(replay_table(rows))
+        return rows
+    if args.part == "recorded":
+        rows = recorded_rows(args.work_dirs, args.share, args.patience, args.confidence)
+        write_json(args.out, {"rows": rows})
         return rows
     rule = {"share": args.share, "patience": args.patience, "confidence": args.confidence}
     results = read_json(args.out, [])

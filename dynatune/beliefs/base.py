@@ -28,6 +28,7 @@ STALL_PRIOR = (0.8, 0.8)  # prior means of pi (task can improve) and h (per-slot
 # session 35), and the adaptive measurement settles a latency within 2 %; the last 5 % is inside their noise
 AT_ROOF = 0.95
 MAX_REST_SLOTS = 10_000  # a rest of budget is looked at this many slots ahead at most
+OWN = ""  # the source of a gain's uncertainty that is the task's own, independent of every other task's
 
 
 def rest_slots(slots: float) -> int:
@@ -213,6 +214,18 @@ class Beliefs(ABC):
         mean, std, _ = self.predict(task, slot_s, best)
         whole = task.weight * best
         return np.minimum(n * mean, whole), np.minimum(n * std, whole)
+
+    def rest_spread(
+        self, task, slot_s: float, slots: float, best_s: float | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """:meth:`predict_rest`'s mean, and its standard deviation split by source: ``{source: std array}``,
+        their squares summing to :meth:`predict_rest`'s. The source :data:`OWN` is the task's own, independent
+        of every other task's; a named one is shared, so the tasks' parts of it move together (the headroom
+        model's pooled jump size, an operator kind's attainable fraction). What the rest of a budget could buy
+        over many tasks adds their own parts as independent and a shared source's parts in full
+        (:mod:`dynatune.run.stopping`). This default knows of no shared source."""
+        mean, std = self.predict_rest(task, slot_s, slots, best_s)
+        return mean, {OWN: std}
 
     def limit(self, task) -> str:
         """Why ``task`` can gain nothing more here, or "" when it can: its best is at its roof (``at_roof`` of

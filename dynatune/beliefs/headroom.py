@@ -13,7 +13,8 @@ seconds, ``H = weight x max(best - floor, 0)``. A kind nothing has been tuned in
 the other kinds' attainable fractions (``phi_prior`` before any). A task without a bound takes the median
 relative headroom of the others. Where ONNX Runtime's time for the task's operator is known
 (``TaskView.anchor_s``, :mod:`dynatune.compiler.anchors`), that time is reachable: while the task is slower,
-its floor is ``anchor_reach`` x that time instead.
+its floor is no higher than ``anchor_reach`` x that time (a reachable point lowers a floor guessed too high;
+it never raises one).
 
 Staircase (a zero-inflated jump likelihood). After a task's first improvement, each slot either gains
 nothing or jumps. At the task's ``k``-th effective slot it jumps with probability
@@ -21,20 +22,25 @@ nothing or jumps. At the task's ``k``-th effective slot it jumps with probabilit
 slots (Bernoulli outcomes, with ``prior_slots`` pseudo-slots at ``p_prior``), and a task's own record
 scales it, ``r = (J + a) / (E + a)`` (``J`` jumps seen, ``E = sum p(k)`` expected, ``a`` =
 ``task_strength``: a Gamma-Poisson posterior). A jump takes a fraction ``u`` of the headroom left before
-it; ``u``'s mean is pooled over every jump seen, shrunk towards ``u_prior``. Drops smaller than
+it; its mean at slot ``k`` is ``E[u | k] = u0 k^-delta``, fitted by least squares on a grid of ``delta`` to
+every jump seen, with ``u_strength`` pseudo-jumps at ``u_prior`` (a task's first search slot takes a far
+larger share than its later jumps); its relative spread is that of the pooled mean. Drops smaller than
 ``jump_rel_tol`` are measurement noise, not jumps.
 
-Prediction. ``E[gain] = p x E[u] x H``; its standard deviation combines the uncertainty of ``p`` (the
+Prediction. ``E[gain] = p x E[u | k] x H``; its standard deviation combines the uncertainty of ``p`` (the
 Gamma posterior), of ``E[u]`` and of ``H`` (the attainable fraction; coefficient of variation
 ``h_cv / sqrt(1 + tuned tasks of the kind)``), as the product of independent factors. Before its first
 improvement a task has the shared prior of :class:`~.base.Beliefs` (first drops and the stall model),
 capped at its headroom.
 
 Over the rest of a budget (:meth:`HeadroomBeliefs.predict_rest`, ``R`` slots) the jumps compound on what is
-left: the ``j``-th future slot jumps with ``p(n + j) r`` and takes ``E[u]`` of the headroom left, so the
-expected gain is ``H (1 - prod_j (1 - p(n + j) r E[u]))``, never more than the headroom. Its standard
-deviation: the same share with ``r E[u]`` one standard deviation higher (the task's Gamma posterior and
-``u``'s spread), and the headroom's own coefficient of variation.
+left: the ``j``-th future slot jumps with ``p(n + j) r`` and takes ``E[u | n + j]`` of the headroom left, so
+the expected gain is ``H (1 - prod_j (1 - p(n + j) r E[u | n + j]))``, never more than the headroom. Its
+standard deviation, by source (:meth:`HeadroomBeliefs.rest_spread`): the same share with the task's own rate
+``r`` one standard deviation higher (its Gamma posterior: the task's own), with ``E[u]`` one higher (pooled
+over every task: shared by all), and the headroom's coefficient of variation (its kind's attainable
+fraction: shared by the kind). What the rest could buy over many tasks adds the first in squares and each
+shared one in full (:mod:`dynatune.run.stopping`).
 
 Bounds (:meth:`HeadroomBeliefs.limit`): a task at its roof (``at_roof`` of its compute or memory bound), or at
 its floor within ``jump_rel_tol`` (no jump left to see), can gain nothing more: the scheduler gives it no slot
@@ -49,10 +55,11 @@ import statistics
 
 import numpy as np
 
-from dynatune.beliefs.base import Beliefs, _valid, rest_slots
+from dynatune.beliefs.base import OWN, Beliefs, _valid, rest_slots
 
 _P0 = np.geomspace(0.02, 1.0, 24)[:, None, None]  # the jump law's grid: p0 x gamma x slots
 _GAMMA = np.linspace(0.0, 2.0, 21)[None, :, None]
+_DELTA = np.linspace(0.0, 2.0, 21)  # the jump size's decay over the slots: its grid
 
 
 def _bound(task) -> float:
@@ -102,6 +109,7 @@ class HeadroomBeliefs(Beliefs):
         self.tuned_in_kind: dict[str, int] = {}
         self.jump_law = (p_prior, 0.0)  # (p0, gamma)
         self.u_mean, self.u_var = u_prior, u_prior**2
+        self.jump_size_law = (u_prior, 0.0)  # (u0, delta): E[u | slot k] = u0 k^-delta
         self._rel_headroom = 0.5  # median relative headroom of the tasks with a bound
 
     # -- population statistics -------------------------------------------------------------------
@@ -161,7 +169,7 @@ class HeadroomBeliefs(Beliefs):
         return hit[1:]
 
     def _fit_jumps(self, tasks, slot_s: float) -> None:
-        slots, jumps, fractions = {}, {}, []
+        slots, jumps, fractions, at = {}, {}, [], []
         for t in tasks:
             ks, jumped, pairs = self._steps(t, slot_s)
             for k, j in zip(ks.tolist(), jumped.tolist()):
@@ -169,7 +177,10 @@ class HeadroomBeliefs(Beliefs):
                 jumps[k] = jumps.get(k, 0) + j
             ref = self.curve(t, slot_s).ref
             floor = self.floor(t) / ref if ref else 0.0
-            fractions += [min((prev - now) / (prev - floor), 1.0) for prev, now in pairs if prev > floor]
+            for k, (prev, now) in zip(ks[jumped].tolist(), pairs):
+                if prev > floor:
+                    fractions.append(min((prev - now) / (prev - floor), 1.0))
+                    at.append(k)
         k = np.array(sorted(slots), dtype=float)
         n = np.array([slots[x] for x in sorted(slots)], dtype=float)
         j = np.array([jumps[x] for x in sorted(slots)], dtype=float)
@@ -183,18 +194,44 @@ class HeadroomBeliefs(Beliefs):
         self.u_mean = (sum(fractions) + a * self.u_prior) / (count + a)
         spread = statistics.pvariance(fractions) if count > 1 else self.u_prior**2
         self.u_var = spread / (count + a)
+        self.jump_size_law = self._fit_jump_size(np.array(at, dtype=float), np.array(fractions))
+
+    def _fit_jump_size(self, k: np.ndarray, u: np.ndarray) -> tuple[float, float]:
+        """``(u0, delta)`` of ``E[u | k] = u0 k^-delta``, by least squares on a grid of ``delta``, with
+        ``u_strength`` pseudo-jumps of ``u_prior`` at the second effective slot (no jumps: the prior, flat).
+        A task's first search slot takes a large share of its headroom and later jumps a smaller one
+        (0.41-0.48 at the second effective slot, 0.10-0.23 after it, on the README job's model and
+        mnasnet0_5); one pooled mean would credit every late slot with an early slot's jump."""
+        a, best = self.u_strength, (math.inf, self.u_prior, 0.0)
+        for delta in _DELTA:
+            x, xp = k**-delta, 2.0**-delta
+            u0 = (float(x @ u) + a * xp * self.u_prior) / (float(x @ x) + a * xp * xp)
+            sse = float(((u - u0 * x) ** 2).sum()) + a * (self.u_prior - u0 * xp) ** 2
+            if sse < best[0] - 1e-12:
+                best = (sse, u0, float(delta))
+        return best[1], best[2]
+
+    def jump_size(self, k):
+        """The expected share of the headroom left that a jump at effective slot ``k`` takes (``k`` a number
+        or an array)."""
+        u0, delta = self.jump_size_law
+        return np.minimum(u0 * np.asarray(k, dtype=float) ** -delta, 1.0)
 
     # -- per task -----------------------------------------------------------------------------------
     def floor(self, task) -> float:
-        """The latency the task could reach here: ``anchor_reach`` x ONNX Runtime's time for its operator
-        while the task is slower than that (a floor known to be reachable), else its roofline bound over
-        its kind's attainable fraction."""
-        reachable = _anchor(task) * self.anchor_reach
-        if reachable > 0 and _valid(task.best_s) and task.best_s > reachable:
-            return reachable
+        """The latency the task could reach here: its roofline bound over its kind's attainable fraction,
+        and no more than ``anchor_reach`` x ONNX Runtime's time for its operator while the task is slower
+        than that (a point known to be reachable lowers a floor the roofline guessed too high; it never
+        raises one: a kernel can pass ONNX Runtime's, mnasnet0_5's first convolution 3x)."""
+        best = task.best_s
         if _bound(task) <= 0:
-            return task.best_s * (1.0 - self._rel_headroom) if _valid(task.best_s) else 0.0
-        return _bound(task) / self.phi_star.get(self.kind(task), self.phi_prior)
+            guess = best * (1.0 - self._rel_headroom) if _valid(best) else 0.0
+        else:
+            guess = _bound(task) / self.phi_star.get(self.kind(task), self.phi_prior)
+        reachable = _anchor(task) * self.anchor_reach
+        if reachable > 0 and _valid(best) and best > reachable:
+            return min(guess, reachable)
+        return guess
 
     def limit(self, task) -> str:
         """At its roof (the compute or the memory bound, :meth:`kind`), or at its floor within
@@ -211,29 +248,42 @@ class HeadroomBeliefs(Beliefs):
     def predict_rest(
         self, task, slot_s: float, slots: float, best_s: float | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
+        mean, sources = self.rest_spread(task, slot_s, slots, best_s)
+        return mean, np.sqrt(sum(s**2 for s in sources.values()))
+
+    def rest_spread(
+        self, task, slot_s: float, slots: float, best_s: float | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The gain of ``n = 1 .. R`` more slots and its uncertainty by source: the task's own jump rate
+        (its Gamma posterior: independent of other tasks'), the pooled jump size ``E[u]`` (shared by every
+        task) and its kind's attainable fraction (the headroom, shared by the tasks of its kind)."""
         best = task.best_s if best_s is None else best_s
         headroom = task.weight * max(best - self.floor(task), 0.0) if _valid(best) else 0.0
         c = self.curve(task, slot_s)
         if c.x.size == 0:  # no improvement yet: the shared prior's, at most the headroom
             mean, std = super().predict_rest(task, slot_s, slots, best)
-            return np.minimum(mean, headroom), np.minimum(std, headroom)
+            return np.minimum(mean, headroom), {OWN: np.minimum(std, headroom)}
         ks, jumped, _ = self._steps(task, slot_s)
         expected = sum(self.jump_probability(k) for k in ks.tolist())
         jumps, a = int(jumped.sum()), self.task_strength
         record = (jumps + a) / (expected + a)  # the task's own record, as in predict
         p0, gamma = self.jump_law
         future = np.arange(c.x.size + 1, c.x.size + 1 + rest_slots(slots), dtype=float)
-        step = np.minimum(p0 * future**-gamma * record, 0.999) * self.u_mean  # expected share of each slot
+        step = np.minimum(p0 * future**-gamma * record, 0.999) * self.jump_size(future)  # each slot's share
 
         def taken(scale: float) -> np.ndarray:  # the share of the headroom n slots take, jumps compounding
             return 1.0 - np.cumprod(1.0 - np.minimum(step * scale, 1.0))
 
-        rel = math.sqrt((1.0 + 1.0 / (jumps + a)) * (1.0 + self.u_var / self.u_mean**2) - 1.0)
         share = taken(1.0)
-        spread = taken(1.0 + rel) - share  # one standard deviation of the task's rate and jump size
         cv = self.h_cv / math.sqrt(1 + self.tuned_in_kind.get(self.kind(task), 0))
-        std = headroom * np.sqrt(spread**2 * (1.0 + cv * cv) + (share * cv) ** 2)
-        return headroom * share, std
+        lift = math.sqrt(1.0 + cv * cv)  # the headroom's spread widens the others' (independent factors)
+        rate = taken(1.0 + math.sqrt(1.0 / (jumps + a))) - share  # one sd of the task's own jump rate
+        size = taken(1.0 + math.sqrt(self.u_var) / self.u_mean) - share  # ... of the pooled jump size
+        return headroom * share, {
+            OWN: headroom * rate * lift,
+            "jump size": headroom * size * lift,
+            f"headroom of {self.kind(task)}": headroom * share * cv,
+        }
 
     def jump_probability(self, k: int) -> float:
         p0, gamma = self.jump_law
@@ -257,8 +307,9 @@ class HeadroomBeliefs(Beliefs):
         p = min(base * (jumps + a) / (expected + a), 0.999)
         p_var = (base * math.sqrt(jumps + a) / (expected + a)) ** 2
         cv = self.h_cv / math.sqrt(1 + self.tuned_in_kind.get(self.kind(task), 0))
-        mean = p * self.u_mean * headroom
-        second = (p * p + p_var) * (self.u_mean**2 + self.u_var) * headroom**2 * (1 + cv * cv)
+        u = float(self.jump_size(n + 1))
+        mean = p * u * headroom
+        second = (p * p + p_var) * u * u * (1 + self.u_var / self.u_mean**2) * headroom**2 * (1 + cv * cv)
         return mean, math.sqrt(max(second - mean * mean, 0.0)), "headroom"
 
     def clear(self) -> None:

@@ -9,13 +9,18 @@ the check that stopped it in its state (``run.json``), and the reason in its sum
 still buy: ``R = remaining seconds / slot`` slots. For every task the beliefs predict the gain of ``n`` more
 slots, ``n = 1 .. R`` (:meth:`~dynatune.beliefs.Beliefs.predict_rest`), at its upper bound ``mean +
 confidence x std``, not the mean alone; a task at a bound it cannot pass
-(:meth:`~dynatune.beliefs.Beliefs.limit`) gains nothing. The rest could buy at most the sum of the ``R``
-largest of the tasks' per-slot steps: whatever task gets each slot, no spending of the rest gains more. When
-that is worth no more than ``min_gain_share`` of the model's estimated latency (the sum of weight x best), at
-``patience`` checks in a row, tuning stops. So no task alone could gain more over the rest either; and a model
-of many small tasks, each below the share but together above it, goes on (on the recorded traces, a rule that
-looked at one task at a time stopped mnasnet0_5 at 7 % of its budget, 33 % slower than at its end, with a
-share of 5 %). It never stops:
+(:meth:`~dynatune.beliefs.Beliefs.limit`) gains nothing. The rest's slots go where those upper bounds gain
+most, the ``R`` largest of the tasks' per-slot steps: whatever task gets each slot, no spending of the rest
+gains more. What that spending buys, at its upper bound, is the bound of a sum: the tasks' means plus
+``confidence`` standard deviations of the sum, in which the tasks' own uncertainties add in squares and a
+source they share (:meth:`~dynatune.beliefs.Beliefs.rest_spread`: the headroom model's pooled jump size, a
+kind's attainable fraction) adds in full. (Summing every task's own upper bound counted 25-35 independent
+uncertainties as if they all fell the same way.) Nor is it less than what any one task could buy alone with
+the whole rest, at its own upper bound: the issue's "no task's expected gain over the rest". When that is
+worth no more than ``min_gain_share`` of the model's estimated latency (the sum of weight x best), at
+``patience`` checks in a row, tuning stops. A model of many small tasks, each below the share but together
+above it, goes on (on the recorded traces, a rule that looked at one task at a time stopped mnasnet0_5 at 7 %
+of its budget, 33 % slower than at its end, with a share of 5 %). It never stops:
 
 - before every task has had its first batch (unless the tasks still waiting are, all of them together, worth
   less than the share, so that even their whole latency could not buy it, or are at their roofs already);
@@ -40,7 +45,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dynatune.beliefs.base import _valid, rest_slots
+from dynatune.beliefs.base import OWN, _valid, rest_slots
 
 __all__ = ["BeliefStopping", "StopCheck", "StoppingRule"]
 
@@ -116,17 +121,47 @@ class BeliefStopping(StoppingRule):
 
             self.beliefs = make_beliefs("headroom")
 
-    def rest_gains(self, ctx, slots: float) -> list[tuple[object, np.ndarray]]:
-        """``[(task, upper bound of its gain after n = 1 .. ceil(slots) more slots, weighted s)]`` for every
-        task that can still gain (after :meth:`observe`)."""
+    def rest_gains(self, ctx, slots: float) -> list[tuple[object, np.ndarray, np.ndarray, dict]]:
+        """``[(task, upper bound of its gain after n = 1 .. ceil(slots) more slots, its mean, its standard
+        deviation by source)]`` (weighted s) for every task that can still gain (after :meth:`observe`)."""
         out = []
         for t in ctx.tasks:
             if t.exhausted or not _valid(t.best_s) or self.beliefs.limit(t):
                 continue
-            mean, std = self.beliefs.predict_rest(t, ctx.slot_s, slots)
+            mean, sources = self.beliefs.rest_spread(t, ctx.slot_s, slots)
+            std = np.sqrt(sum(s**2 for s in sources.values()))
             bound = np.maximum.accumulate(mean + self.confidence * std)
-            out.append((t, np.minimum(bound, t.weight * t.best_s)))  # never more than all of it
+            out.append(
+                (t, np.minimum(bound, t.weight * t.best_s), mean, sources)
+            )  # never more than all of it
         return out
+
+    def rest_bound(self, gains, n: int) -> float:
+        """The most the rest's ``n`` slots could buy, at its upper bound. The slots go where the tasks' own
+        upper bounds gain most (the ``n`` largest of their per-slot steps: whatever task gets each slot, no
+        spending of the rest gains more); what that spending buys is the sum of the tasks' means plus
+        ``confidence`` standard deviations of the sum: the tasks' own uncertainties are independent, so they
+        add in squares, while a source they share (:meth:`~dynatune.beliefs.Beliefs.rest_spread`) adds in
+        full within itself. Never more than the tasks' whole latency."""
+        if not gains or n <= 0:
+            return 0.0
+        steps = [np.diff(g, prepend=0.0) for _, g, _, _ in gains]
+        owner = np.concatenate([np.full(len(st), i) for i, st in enumerate(steps)])
+        order = np.argsort(-np.concatenate(steps), kind="stable")[:n]
+        slots_of = np.bincount(owner[order].astype(int), minlength=len(gains))
+        mean, own, shared = 0.0, 0.0, {}
+        for (_, _, m, sources), k in zip(gains, slots_of):
+            if k == 0:
+                continue
+            mean += float(m[k - 1])
+            for name, sd in sources.items():
+                if name == OWN:
+                    own += float(sd[k - 1]) ** 2
+                else:
+                    shared[name] = shared.get(name, 0.0) + float(sd[k - 1])
+        spread = math.sqrt(own + sum(v * v for v in shared.values()))
+        whole = math.fsum(t.weight * t.best_s for (t, *_), k in zip(gains, slots_of) if k)
+        return min(mean + self.confidence * spread, whole)
 
     def check(self, ctx) -> StopCheck:
         model_s = math.fsum(t.weight * t.best_s for t in ctx.tasks if _valid(t.best_s))
@@ -145,13 +180,10 @@ class BeliefStopping(StoppingRule):
             self.streak = 0
             return StopCheck(False, f"{len(waiting)} task(s) still wait for their first batch", **figures)
         gains = self.rest_gains(ctx, slots)
-        steps = [np.diff(g, prepend=0.0) for _, g in gains]
-        n = rest_slots(slots)
-        pooled = np.sort(np.concatenate(steps))[::-1][:n] if steps else np.zeros(0)
-        gain = float(pooled.sum())
         task, alone = max(
-            ((t, float(g[-1])) for t, g in gains if g.size), key=lambda x: x[1], default=(None, 0.0)
+            ((t, float(g[-1])) for t, g, _, _ in gains if g.size), key=lambda x: x[1], default=(None, 0.0)
         )
+        gain = max(self.rest_bound(gains, rest_slots(slots)), alone)
         name = task.name if task is not None else ""
         self.streak = self.streak + 1 if gain <= threshold else 0
         stop = self.streak >= self.patience

@@ -3,19 +3,18 @@ tasks converge on known curves, and one real run that stops with its reason in t
 
 import json
 import math
-from types import SimpleNamespace as NS
 
+import numpy as np
 import pytest
+from converging_session import SLOT, ConvergingSession
 
 from dynatune.beliefs import HeadroomBeliefs
+from dynatune.beliefs.base import OWN
 from dynatune.files import WorkDir
 from dynatune.run.stopping import BeliefStopping
 from dynatune.run.tuner import Tuner
 from dynatune.schedulers.base import RoundContext, TaskView
-from dynatune.search.session import RoundResult
 from dynatune.search.session_state import TaskState
-
-SLOT = 2.0
 
 
 # -- the rule, on hand-made contexts ----------------------------------------------------------------------
@@ -97,59 +96,6 @@ def test_many_small_tasks_together_keep_a_run_going():
 
 
 # -- the tuner: a stop, its record, and a resume ---------------------------------------------------------
-class ConvergingSession:
-    """A session without TVM whose every task converges in two slots to 97 % of its roofline bound: each slot
-    (or first batch) takes its ``seconds`` and brings the task to the next point of its curve."""
-
-    def __init__(self, work_dir, defaults=(8e-3, 2e-3, 1e-3), bounds=(1e-3, 2.5e-4, 1.2e-4)):
-        self.work_dir = str(work_dir)
-        self.tasks = [
-            NS(index=i, name=f"fused_conv2d{i}_add", key=f"key{i}", weight=1, flops=b * 1e12, mod=None)
-            for i, b in enumerate(bounds)
-        ]
-        self.bounds = list(bounds)
-        self.states = {t.key: TaskState(default_s=d) for t, d in zip(self.tasks, defaults)}
-        self.search = NS(trials_per_iter=8)
-        self.retirement = NS(is_retired=lambda st, best: st.exhausted)
-        self.db = NS(best_latency=lambda key: math.inf)  # nothing seeded: nothing to confirm
-        self.tuned = []
-
-    def warm_up(self):
-        pass
-
-    def measure_defaults(self):
-        return {t.index: self.state(t.index).default_s for t in self.tasks}
-
-    def measure_best(self, indices):
-        return {}
-
-    def state(self, i):
-        return self.states[self.tasks[i].key]
-
-    def best_latency(self, i):
-        st = self.state(i)
-        return min([st.default_s] + [h[2] for h in st.history])
-
-    def estimated_latency(self):
-        return sum(t.weight * self.best_latency(t.index) for t in self.tasks)
-
-    def tune(self, i, *, seconds=None, trials=None, batch=None):
-        st, before = self.state(i), self.best_latency(i)
-        roof = self.bounds[i] / 0.97
-        best = max(roof, before / 4)
-        wall = seconds if seconds is not None else 1.0
-        st.seconds += wall
-        st.trials += 8
-        st.history.append([st.seconds, st.trials, best])
-        self.tuned.append(i)
-        return RoundResult(
-            i, self.tasks[i].name, trials=8, best_before_s=before, best_after_s=best, wall_s=wall
-        )
-
-    def close(self):
-        pass
-
-
 def tuner_on(session, budget, rule="on", warmup_share=0.5, share=0.01):
     stopping = BeliefStopping(min_gain_share=share, patience=2) if rule == "on" else None
     tuner = Tuner(
@@ -328,3 +274,34 @@ def test_a_run_whose_tasks_keep_gaining_spends_its_budget_and_says_what_was_left
         "tuned for the whole budget (20 s); at the last check with a slot left, the rest"
     )
     assert "above 1.00% of the model's" in end.reason
+
+
+class FlatBeliefs:
+    """Beliefs for the rule's arithmetic: every task gains ``mean`` in its next slot and nothing after, with
+    ``sd`` of it, from one source (:data:`OWN`, or one the tasks share)."""
+
+    def __init__(self, mean, sd, source):
+        self.mean, self.sd, self.source = mean, sd, source
+
+    def observe(self, tasks, slot_s):
+        pass
+
+    def limit(self, task):
+        return ""
+
+    def rest_spread(self, task, slot_s, slots, best_s=None):
+        once = np.ones(math.ceil(slots))
+        return once * self.mean, {self.source: once * self.sd}
+
+
+def test_the_rest_adds_the_tasks_own_uncertainties_in_squares_and_a_shared_one_in_full():
+    """The upper bound of what the rest buys is the bound of a sum: 16 tasks' own uncertainties are
+    independent (4 = sqrt(16) standard deviations), a source they share moves them together (16)."""
+    tasks = [task(i, 1e-3, 1e-4) for i in range(16)]
+    mean, sd = 1e-6, 1e-6  # per slot and task
+    for source, sds in ((OWN, 4.0), ("headroom of conv2d", 16.0)):
+        rule = BeliefStopping(min_gain_share=0.01, patience=1, beliefs=FlatBeliefs(mean, sd, source))
+        check = rule.check(ctx(tasks, elapsed=900.0 - 16 * SLOT))  # 16 slots left: one for each task
+        assert check.slots_left == pytest.approx(16.0)
+        assert check.gain_s == pytest.approx(16 * mean + sds * sd)
+        assert check.task_gain_s == pytest.approx(mean + sd)  # the most one task could buy alone
