@@ -18,24 +18,22 @@ it never raises one).
 
 Staircase (a zero-inflated jump likelihood). After a task's first improvement, each slot either gains
 nothing or jumps. At the task's ``k``-th effective slot it jumps with probability
-``p(k) = min(1, p0 k^-gamma)``: ``(p0, gamma)`` are fitted by maximum likelihood on a grid to every task's
-slots (Bernoulli outcomes, with ``prior_slots`` pseudo-slots at ``p_prior``), and a task's own record
-scales it, ``r = (J + a) / (E + a)`` (``J`` jumps seen, ``E = sum p(k)`` expected, ``a`` =
-``task_strength``: a Gamma-Poisson posterior). A jump takes a fraction ``u`` of the headroom left before
-it; its mean at slot ``k`` is ``E[u | k] = u0 k^-delta``, fitted by least squares on a grid of ``delta`` to
-every jump seen, with ``u_strength`` pseudo-jumps at ``u_prior`` (a task's first search slot takes a far
-larger share than its later jumps); its relative spread is that of the pooled mean. Drops smaller than
-``jump_rel_tol`` are measurement noise, not jumps.
+``p(k) = min(1, p0 k^-gamma)`` (``p0`` may pass 1: ``k`` starts at 2): ``(p0, gamma)`` are fitted by
+maximum likelihood on a grid to every task's slots (Bernoulli outcomes, with ``prior_slots`` pseudo-slots at
+``p_prior``), and a task's own record scales it, ``r = (J + a) / (E + a)`` (``J`` jumps seen, ``E = sum p(k)``
+expected, ``a`` = ``task_strength``: a Gamma-Poisson posterior). A jump takes a fraction ``u`` of the
+headroom left before it; ``u``'s mean is pooled over every jump seen, shrunk towards ``u_prior``. Drops
+smaller than ``jump_rel_tol`` are measurement noise, not jumps.
 
-Prediction. ``E[gain] = p x E[u | k] x H``; its standard deviation combines the uncertainty of ``p`` (the
+Prediction. ``E[gain] = p x E[u] x H``; its standard deviation combines the uncertainty of ``p`` (the
 Gamma posterior), of ``E[u]`` and of ``H`` (the attainable fraction; coefficient of variation
 ``h_cv / sqrt(1 + tuned tasks of the kind)``), as the product of independent factors. Before its first
 improvement a task has the shared prior of :class:`~.base.Beliefs` (first drops and the stall model),
 capped at its headroom.
 
 Over the rest of a budget (:meth:`HeadroomBeliefs.predict_rest`, ``R`` slots) the jumps compound on what is
-left: the ``j``-th future slot jumps with ``p(n + j) r`` and takes ``E[u | n + j]`` of the headroom left, so
-the expected gain is ``H (1 - prod_j (1 - p(n + j) r E[u | n + j]))``, never more than the headroom. Its
+left: the ``j``-th future slot jumps with ``p(n + j) r`` and takes ``E[u]`` of the headroom left, so the
+expected gain is ``H (1 - prod_j (1 - p(n + j) r E[u]))``, never more than the headroom. Its
 standard deviation, by source (:meth:`HeadroomBeliefs.rest_spread`): the same share with the task's own rate
 ``r`` one standard deviation higher (its Gamma posterior: the task's own), with ``E[u]`` one higher (pooled
 over every task: shared by all), and the headroom's coefficient of variation (its kind's attainable
@@ -57,9 +55,12 @@ import numpy as np
 
 from dynatune.beliefs.base import OWN, Beliefs, _valid, rest_slots
 
-_P0 = np.geomspace(0.02, 1.0, 24)[:, None, None]  # the jump law's grid: p0 x gamma x slots
+# the jump law's grid: p0 x gamma x slots. p0 is the law at k = 1, never observed (jumps count from the second
+# effective slot): a task's first search slot nearly always jumps (0.76-1.0 on three live runs) and its later
+# ones seldom (0.05-0.12 from the fifth on), which p0 <= 1 could only fit with a flat law (gamma near 0,
+# crediting every late slot with a jump every third or fourth slot)
+_P0 = np.geomspace(0.02, 8.0, 40)[:, None, None]
 _GAMMA = np.linspace(0.0, 2.0, 21)[None, :, None]
-_DELTA = np.linspace(0.0, 2.0, 21)  # the jump size's decay over the slots: its grid
 
 
 def _bound(task) -> float:
@@ -109,7 +110,6 @@ class HeadroomBeliefs(Beliefs):
         self.tuned_in_kind: dict[str, int] = {}
         self.jump_law = (p_prior, 0.0)  # (p0, gamma)
         self.u_mean, self.u_var = u_prior, u_prior**2
-        self.jump_size_law = (u_prior, 0.0)  # (u0, delta): E[u | slot k] = u0 k^-delta
         self._rel_headroom = 0.5  # median relative headroom of the tasks with a bound
 
     # -- population statistics -------------------------------------------------------------------
@@ -169,7 +169,7 @@ class HeadroomBeliefs(Beliefs):
         return hit[1:]
 
     def _fit_jumps(self, tasks, slot_s: float) -> None:
-        slots, jumps, fractions, at = {}, {}, [], []
+        slots, jumps, fractions = {}, {}, []
         for t in tasks:
             ks, jumped, pairs = self._steps(t, slot_s)
             for k, j in zip(ks.tolist(), jumped.tolist()):
@@ -177,10 +177,7 @@ class HeadroomBeliefs(Beliefs):
                 jumps[k] = jumps.get(k, 0) + j
             ref = self.curve(t, slot_s).ref
             floor = self.floor(t) / ref if ref else 0.0
-            for k, (prev, now) in zip(ks[jumped].tolist(), pairs):
-                if prev > floor:
-                    fractions.append(min((prev - now) / (prev - floor), 1.0))
-                    at.append(k)
+            fractions += [min((prev - now) / (prev - floor), 1.0) for prev, now in pairs if prev > floor]
         k = np.array(sorted(slots), dtype=float)
         n = np.array([slots[x] for x in sorted(slots)], dtype=float)
         j = np.array([jumps[x] for x in sorted(slots)], dtype=float)
@@ -194,28 +191,6 @@ class HeadroomBeliefs(Beliefs):
         self.u_mean = (sum(fractions) + a * self.u_prior) / (count + a)
         spread = statistics.pvariance(fractions) if count > 1 else self.u_prior**2
         self.u_var = spread / (count + a)
-        self.jump_size_law = self._fit_jump_size(np.array(at, dtype=float), np.array(fractions))
-
-    def _fit_jump_size(self, k: np.ndarray, u: np.ndarray) -> tuple[float, float]:
-        """``(u0, delta)`` of ``E[u | k] = u0 k^-delta``, by least squares on a grid of ``delta``, with
-        ``u_strength`` pseudo-jumps of ``u_prior`` at the second effective slot (no jumps: the prior, flat).
-        A task's first search slot takes a large share of its headroom and later jumps a smaller one
-        (0.41-0.48 at the second effective slot, 0.10-0.23 after it, on the README job's model and
-        mnasnet0_5); one pooled mean would credit every late slot with an early slot's jump."""
-        a, best = self.u_strength, (math.inf, self.u_prior, 0.0)
-        for delta in _DELTA:
-            x, xp = k**-delta, 2.0**-delta
-            u0 = (float(x @ u) + a * xp * self.u_prior) / (float(x @ x) + a * xp * xp)
-            sse = float(((u - u0 * x) ** 2).sum()) + a * (self.u_prior - u0 * xp) ** 2
-            if sse < best[0] - 1e-12:
-                best = (sse, u0, float(delta))
-        return best[1], best[2]
-
-    def jump_size(self, k):
-        """The expected share of the headroom left that a jump at effective slot ``k`` takes (``k`` a number
-        or an array)."""
-        u0, delta = self.jump_size_law
-        return np.minimum(u0 * np.asarray(k, dtype=float) ** -delta, 1.0)
 
     # -- per task -----------------------------------------------------------------------------------
     def floor(self, task) -> float:
@@ -269,7 +244,7 @@ class HeadroomBeliefs(Beliefs):
         record = (jumps + a) / (expected + a)  # the task's own record, as in predict
         p0, gamma = self.jump_law
         future = np.arange(c.x.size + 1, c.x.size + 1 + rest_slots(slots), dtype=float)
-        step = np.minimum(p0 * future**-gamma * record, 0.999) * self.jump_size(future)  # each slot's share
+        step = np.minimum(p0 * future**-gamma * record, 0.999) * self.u_mean  # expected share of each slot
 
         def taken(scale: float) -> np.ndarray:  # the share of the headroom n slots take, jumps compounding
             return 1.0 - np.cumprod(1.0 - np.minimum(step * scale, 1.0))
@@ -307,9 +282,8 @@ class HeadroomBeliefs(Beliefs):
         p = min(base * (jumps + a) / (expected + a), 0.999)
         p_var = (base * math.sqrt(jumps + a) / (expected + a)) ** 2
         cv = self.h_cv / math.sqrt(1 + self.tuned_in_kind.get(self.kind(task), 0))
-        u = float(self.jump_size(n + 1))
-        mean = p * u * headroom
-        second = (p * p + p_var) * u * u * (1 + self.u_var / self.u_mean**2) * headroom**2 * (1 + cv * cv)
+        mean = p * self.u_mean * headroom
+        second = (p * p + p_var) * (self.u_mean**2 + self.u_var) * headroom**2 * (1 + cv * cv)
         return mean, math.sqrt(max(second - mean * mean, 0.0)), "headroom"
 
     def clear(self) -> None:

@@ -60,29 +60,6 @@ def test_jump_law_and_jump_size_are_recovered_from_many_staircases():
     for k in (2, 5, 15):
         assert model.jump_probability(k) == pytest.approx(P0 * k**-GAMMA, abs=0.08)
     assert model.u_mean == pytest.approx(U_MEAN, abs=0.1)
-    for k in (2, 15):  # the generator's jumps take the same share at every slot: no decay is fitted
-        assert model.jump_size(k) == pytest.approx(U_MEAN, abs=0.1)
-
-
-def test_late_jumps_are_expected_to_take_the_smaller_share_they_take():
-    """A task's first search slot takes half of its headroom, later jumps a tenth (as on the README job's
-    model and mnasnet0_5: 0.41-0.48, then 0.10-0.23): a late slot is not credited with an early jump."""
-    ref = view(0, "fused_conv2d_add", 10.0, [(3.0, 8, 0.1)], bound=0.1)  # the kind's best, at its bound
-    tasks = [ref]
-    for i in range(1, 13):
-        best, hist = 1.1, [(3.0, 8, 1.1)]  # the first batch: the floor (0.1) is 1.0 below
-        for k in range(2, 11):
-            if k == 2:
-                best -= 0.5 * (best - 0.1)
-            elif k % 2 == 0:
-                best -= 0.1 * (best - 0.1)
-            hist.append((3.0 * k, 8 * k, best))
-        tasks.append(view(i, f"fused_conv2d{i}_add{i}", 10.0, hist, bound=0.1))
-    m = HeadroomBeliefs(uplift=0.0)
-    m.observe(tasks, 3.0)
-    assert m.jump_size(2) == pytest.approx(0.5, abs=0.1)
-    assert m.jump_size(8) == pytest.approx(0.1, abs=0.05) and m.jump_size(20) < m.jump_size(8)
-    assert m.u_mean > 0.15  # one pooled mean would credit every late jump with more than it takes
 
 
 def view(i, name, default, history, bound, weight=1):
