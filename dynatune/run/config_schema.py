@@ -126,7 +126,7 @@ class StoppingSection(Section):
     enabled: bool = True  # stop when the beliefs say the model cannot get meaningfully faster
     # ... when the most the rest of the budget could still buy (the beliefs' upper bound) is below this share
     # of the model's estimated latency: on the recorded traces, 2 % lost at most 1.3 % of the full budget's
-    # model and saved a quarter of a budget twice their length (3 %: lost up to 6.5 %; BENCHMARKS.md)
+    # model and saved a third of a budget twice their length (5 %: lost up to 5.7 %; BENCHMARKS.md)
     min_gain_share: float = Field(0.02, gt=0, lt=1)
     patience: int = Field(3, ge=1)  # ... at this many checks in a row (one after each round)
     confidence: float = Field(1.0, ge=0)  # the upper bound: mean + confidence x std of the beliefs' sum
