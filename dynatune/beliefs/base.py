@@ -31,6 +31,11 @@ MAX_REST_SLOTS = 10_000  # a rest of budget is looked at this many slots ahead a
 OWN = ""  # the source of a gain's uncertainty that is the task's own, independent of every other task's
 
 
+def combined_std(sources: dict) -> np.ndarray:
+    """One standard deviation from its parts by source (:meth:`Beliefs.rest_spread`): their squares summed."""
+    return np.sqrt(sum(sd**2 for sd in sources.values()))
+
+
 def rest_slots(slots: float) -> int:
     """The whole slots of a rest of ``slots`` (a part slot counts: a run's last slot is a short one)."""
     return min(max(math.ceil(slots - 1e-9), 0), MAX_REST_SLOTS)

@@ -53,7 +53,7 @@ import statistics
 
 import numpy as np
 
-from dynatune.beliefs.base import OWN, Beliefs, _valid, rest_slots
+from dynatune.beliefs.base import OWN, Beliefs, _valid, combined_std, rest_slots
 
 # the jump law's grid: p0 x gamma x slots. p0 is the law at k = 1, never observed (jumps count from the second
 # effective slot). A task's first search slot nearly always jumps (0.76-1.0 on three live runs); capped at 1,
@@ -224,7 +224,7 @@ class HeadroomBeliefs(Beliefs):
         self, task, slot_s: float, slots: float, best_s: float | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         mean, sources = self.rest_spread(task, slot_s, slots, best_s)
-        return mean, np.sqrt(sum(s**2 for s in sources.values()))
+        return mean, combined_std(sources)
 
     def rest_spread(
         self, task, slot_s: float, slots: float, best_s: float | None = None

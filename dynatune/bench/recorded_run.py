@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 
 from dynatune.files import WorkDir
-from dynatune.run.workdir_state import read_rounds, read_run_state, read_tasks_file
+from dynatune.run.workdir_state import read_rounds, read_tasks_file
 from dynatune.schedulers import RoundContext, TaskView
 from dynatune.search.session_state import read_session_state
 from dynatune.search.state_files import read_json_file
@@ -50,15 +51,13 @@ def recorded_rounds(work_dir: str, roofline=None, budget_s: float | None = None)
     states = read_session_state(wd.session)
     anchors = {int(k): float(v) for k, v in (read_json_file(wd.anchors, dict) or {}).items()}
     rounds = read_rounds(wd.rounds)
-    own = {t["index"]: 0 for t in tasks}
-    for r in rounds:
-        own[r["task"]] = own.get(r["task"], 0) + 1
+    own = Counter(r["task"] for r in rounds)  # each task's rounds in this run
     views, taken = [], {}
     for t in tasks:
         st = states.get(t["key"])
         default = st.default_s if st is not None and st.default_s is not None else math.nan
         history = [(h[0], h[1], h[2] if h[2] is not None else default) for h in (st.history if st else [])]
-        carried = max(len(history) - own.get(t["index"], 0), 0)  # from the run it was warm-started from
+        carried = max(len(history) - own[t["index"]], 0)  # from the run it was warm-started from
         bound = roofline.bound_s(t.get("flops", 0.0), t.get("bytes", 0.0)) if roofline is not None else 0.0
         views.append(
             TaskView(
@@ -81,24 +80,10 @@ def recorded_rounds(work_dir: str, roofline=None, budget_s: float | None = None)
         if at < len(history):
             views[r["task"]].history.append(history[at])
             taken[r["task"]] = (history, at + 1)
-        ctx = RoundContext([_copy(v) for v in views], r["round"] + 1, slot, float(r["elapsed_s"]), budget)
+        now = [replace(v, history=list(v.history)) for v in views]
+        ctx = RoundContext(now, r["round"] + 1, slot, float(r["elapsed_s"]), budget)
         out.append(RecordedRound(r, ctx))
     return out
-
-
-def _copy(view: TaskView) -> TaskView:
-    return TaskView(
-        view.index,
-        view.name,
-        view.key,
-        view.weight,
-        view.flops,
-        view.default_s,
-        list(view.history),
-        view.exhausted,
-        view.bound_s,
-        view.anchor_s,
-    )
 
 
 @dataclass
@@ -160,8 +145,8 @@ def run_roofline(work_dir: str):
     from dynatune.files import cache_root
     from dynatune.machine.roofline import Roofline
 
-    summary = read_json_file(WorkDir(work_dir).summary, dict) or read_run_state(WorkDir(work_dir).run_state)
-    fingerprint = ((summary or {}).get("library") or {}).get("fingerprint")
+    summary = read_json_file(WorkDir(work_dir).summary, dict) or {}
+    fingerprint = (summary.get("library") or {}).get("fingerprint")
     folder = cache_root("roofline")
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         doc = read_json_file(os.path.join(folder, name), dict) or {}

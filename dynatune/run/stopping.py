@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dynatune.beliefs.base import OWN, _valid, rest_slots
+from dynatune.beliefs.base import OWN, _valid, combined_std, rest_slots
 
 __all__ = ["BeliefStopping", "StopCheck", "StoppingRule"]
 
@@ -129,11 +129,9 @@ class BeliefStopping(StoppingRule):
             if t.exhausted or not _valid(t.best_s) or self.beliefs.limit(t):
                 continue
             mean, sources = self.beliefs.rest_spread(t, ctx.slot_s, slots)
-            std = np.sqrt(sum(s**2 for s in sources.values()))
-            bound = np.maximum.accumulate(mean + self.confidence * std)
-            out.append(
-                (t, np.minimum(bound, t.weight * t.best_s), mean, sources)
-            )  # never more than all of it
+            bound = np.maximum.accumulate(mean + self.confidence * combined_std(sources))
+            bound = np.minimum(bound, t.weight * t.best_s)  # never more than all of it
+            out.append((t, bound, mean, sources))
         return out
 
     def rest_bound(self, gains, n: int) -> float:
