@@ -48,6 +48,13 @@ of tuning and within 2 % of the first run's model::
     python -m bench.stop_savings live --model default --model ../shared/models/squeezenet1_1.onnx \\
         --model ../shared/models/mnasnet0_5.onnx --model ../shared/models/transformer_tiny.onnx \\
         --seeds 0 1 --budget 900 [--work /tmp/dynatune-stopping] [--out bench/results/stopping_live.json]
+
+``retune``: steps 3 and 4 of ``live`` again (a new dated retune, then the three models timed side by side),
+for every row of ``--out`` whose work dir under ``--work`` is still there; the row's retune and timing are
+replaced (after a change to how a retune stops, without tuning the first and full runs again)::
+
+    python -m bench.stop_savings retune [--work /tmp/dynatune-stopping] \\
+        [--out bench/results/stopping_live.json]
 """
 
 from __future__ import annotations
@@ -241,30 +248,44 @@ def live_one(
     """One model and seed: the stopped run, the full one, the retune, timed side by side. ``rule``: the
     stopping settings (:func:`stopping_sets`' keywords but ``enabled``); ``tune``: how a run is made
     (:func:`bench.harness.tune_cli`)."""
-    from dynatune.files import WorkDir
-
     model = model_path(spec)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     lib, first_lib = os.path.join(work, "library.db"), os.path.join(work, "first-library.db")
-    seeds = [f"scheduler.seed={seed}", f"search.seed={seed}", f"library.url=sqlite:///{lib}"]
     stop, no_stop = stopping_sets(True, **rule), stopping_sets(False, **rule)
+    sets = [*run_seeds(seed), f"library.url=sqlite:///{lib}"]
     run_dir, first_dir = os.path.join(work, "run"), os.path.join(work, "first")
-    stopped = tune(model, budget, run_dir, config, [*seeds, *stop]).summary
+    stopped = tune(model, budget, run_dir, config, [*sets, *stop]).summary
     shutil.copytree(run_dir, first_dir, symlinks=True)
     if os.path.exists(lib):  # (a config with the library off writes none)
         shutil.copy(lib, first_lib)
-    artifacts = {"stopped": os.path.join(first_dir, "model.so")}
     out = {"model": spec, "seed": seed, "budget_s": budget, "settings": run_settings(first_dir)}
     out["stopped"] = run_figures(stopped) | {"checks": stop_checks(run_dir)}
     if stopped.stopped_early:
-        full = tune(model, budget, run_dir, config, [*seeds, *no_stop]).summary
-        out["full"] = run_figures(full)
+        out["full"] = run_figures(tune(model, budget, run_dir, config, [*sets, *no_stop]).summary)
+    return retune_and_time(out, work, config, rounds, rule, tune)
+
+
+def run_seeds(seed: int) -> list[str]:
+    return [f"scheduler.seed={seed}", f"search.seed={seed}"]
+
+
+def retune_and_time(out: dict, work: str, config: str, rounds: int, rule: dict, tune=tune_cli) -> dict:
+    """Step 3 and 4 of ``live`` on its work dir ``work`` (``first/`` and ``first-library.db`` as step 1 left
+    them, ``run/`` as step 2 did): a nightly retune of the unchanged model, then the runs' models timed side
+    by side. ``out``: the row of steps 1 and 2, which gets the retune and the timing."""
+    from dynatune.files import WorkDir
+
+    model = model_path(out["model"])
+    first_dir, run_dir = os.path.join(work, "first"), os.path.join(work, "run")
+    artifacts = {"stopped": os.path.join(first_dir, "model.so")}
+    if out.get("full"):
         artifacts["full"] = WorkDir(run_dir).model_so
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     retune_dir = WorkDir(first_dir).retune(stamp)
-    sets = [*seeds[:2], f"library.url=sqlite:///{first_lib}", f"warm_start=[{first_dir}]", *stop]
-    retune = tune(model, budget, retune_dir, config, sets).summary
+    first_lib = f"library.url=sqlite:///{os.path.join(work, 'first-library.db')}"
+    sets = [*run_seeds(out["seed"]), first_lib, f"warm_start=[{first_dir}]", *stopping_sets(True, **rule)]
+    retune = tune(model, out["budget_s"], retune_dir, config, sets).summary
     out["retune"] = run_figures(retune) | {"checks": stop_checks(retune_dir)}
     artifacts["retune"] = WorkDir(retune_dir).model_so
     timing = time_artifacts(model, artifacts, rounds)
@@ -274,6 +295,25 @@ def live_one(
     out["full_vs_stopped"] = ms["full"]["vs_first"] if "full" in ms else None
     out["retune_vs_first"] = ms["retune"]["vs_first"]
     return out
+
+
+def retune_rows(
+    results: list[dict], work_root: str, config: str, rounds: int, rule: dict, tune=tune_cli
+) -> list[dict]:
+    """``retune``: steps 3 and 4 again for every row of ``results`` whose work dir (``work_root/<model>-s
+    <seed>``, as ``live`` left it) is still there; the row's retune and timing are replaced."""
+    for row in results:
+        work = os.path.join(work_root, f"{model_name(row['model'])}-s{row['seed']}")
+        if not os.path.isdir(os.path.join(work, "first")):
+            continue
+        retune_and_time(row, work, config, rounds, rule, tune)
+        row["retune_date"] = time.strftime("%Y-%m-%d %H:%M")
+        print(live_table([row]), flush=True)
+    return results
+
+
+def model_name(spec: str) -> str:
+    return "readme" if spec == "default" else os.path.splitext(os.path.basename(spec))[0]
 
 
 def live_table(results: list[dict]) -> str:
@@ -336,13 +376,15 @@ def main(argv=None):
     lv.add_argument("--model", action="append", default=[], help="an ONNX file, or 'default' (README's)")
     lv.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     lv.add_argument("--budget", type=float, default=900.0)
-    lv.add_argument("--config", default=README_CONFIG, help="the runs' config (default: the README job's)")
-    lv.add_argument("--share", type=float, default=0.02, help="stopping.min_gain_share of the stopping runs")
-    lv.add_argument("--patience", type=int, default=3, help="stopping.patience")
-    lv.add_argument("--confidence", type=float, default=1.0, help="stopping.confidence")
-    lv.add_argument("--rounds", type=int, default=20, help="alternating timing rounds")
-    lv.add_argument("--work", default="/tmp/dynatune-stopping")
-    lv.add_argument("--out", default=results_path("stopping_live.json"))
+    rt = sub.add_parser("retune", help="live's retune and timing again, on the work dirs live left")
+    for p in (lv, rt):
+        p.add_argument("--config", default=README_CONFIG, help="the runs' config (default: the README job's)")
+        p.add_argument("--share", type=float, default=0.02, help="stopping.min_gain_share of the runs")
+        p.add_argument("--patience", type=int, default=3, help="stopping.patience")
+        p.add_argument("--confidence", type=float, default=1.0, help="stopping.confidence")
+        p.add_argument("--rounds", type=int, default=20, help="alternating timing rounds")
+        p.add_argument("--work", default="/tmp/dynatune-stopping")
+        p.add_argument("--out", default=results_path("stopping_live.json"))
     args = ap.parse_args(argv)
     if args.part == "replay":
         t0 = time.perf_counter()
@@ -356,10 +398,13 @@ def main(argv=None):
         return rows
     rule = {"share": args.share, "patience": args.patience, "confidence": args.confidence}
     results = read_json(args.out, [])
+    if args.part == "retune":
+        write_json(args.out, retune_rows(results, args.work, args.config, args.rounds, rule))
+        print(live_table(results))
+        return results
     for spec in args.model or ["default"]:
         for seed in args.seeds:
-            name = "readme" if spec == "default" else os.path.splitext(os.path.basename(spec))[0]
-            work = os.path.join(args.work, f"{name}-s{seed}")
+            work = os.path.join(args.work, f"{model_name(spec)}-s{seed}")
             row = live_one(spec, seed, args.budget, args.config, work, args.rounds, rule)
             row["date"] = time.strftime("%Y-%m-%d %H:%M")
             results.append(row)

@@ -250,13 +250,13 @@ def test_vs_onnxruntime_states_its_stopping_and_times_the_run_in_a_fresh_process
 
 @pytest.mark.slow  # the session's run, timed side by side
 def test_stop_savings_live_states_its_rule_and_times_the_runs_side_by_side(tiny_run, tmp_path):
-    from bench.stop_savings import live_one, live_table
+    from bench.stop_savings import live_one, live_table, model_name, retune_rows
 
     calls = []
     rule = {"share": 0.02, "patience": 3, "confidence": 1.0}
-    out = live_one(
-        tiny_run["static_model"], 0, 6, None, str(tmp_path / "w"), 2, rule, tune=_tune_from(tiny_run, calls)
-    )
+    spec = tiny_run["static_model"]
+    work = tmp_path / "w" / f"{model_name(spec)}-s0"
+    out = live_one(spec, 0, 6, None, str(work), 2, rule, tune=_tune_from(tiny_run, calls))
     for call in calls:
         assert "stopping.min_gain_share=0.02" in call["sets"] and "stopping.patience=3" in call["sets"]
     assert "stopping.enabled=true" in calls[0]["sets"] and "stopping.enabled=true" in calls[-1]["sets"]
@@ -264,6 +264,10 @@ def test_stop_savings_live_states_its_rule_and_times_the_runs_side_by_side(tiny_
     assert out["stopped"]["checks"] and out["retune_vs_first"]["median"] > 0
     assert {v["variant"] for v in out["timing"]["variants"]} >= {"stopped", "retune"}
     assert "stopped within 3 % of full" in live_table([out])
+    before = len(calls)  # steps 3 and 4 again, on the work dir live left
+    (again,) = retune_rows([out], str(tmp_path / "w"), None, 2, rule, tune=_tune_from(tiny_run, calls))
+    assert len(calls) == before + 1 and any(s.startswith("warm_start=") for s in calls[-1]["sets"])
+    assert "retune_date" in again and again["retune_vs_first"]["median"] > 0
 
 
 # -- tuning in this process ------------------------------------------------------------------------

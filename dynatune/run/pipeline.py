@@ -176,6 +176,7 @@ class TuningRun:
                 roofline=self.roofline,
                 anchors=self.anchors,
                 stopping=cfg.stopping.rule(),
+                warm_sources=cfg.warm_start,
             )
             atomic_write_json(WorkDir(cfg.work_dir).tasks, [t.as_dict() for t in self.tasks])
             self.on_stage("untuned latencies", f"{len(self.tasks)} tasks")

@@ -117,6 +117,12 @@ class LiveView(RunCallback):
             self._say(
                 f"confirmed: {len(confirmed)} tasks' best schedules from earlier runs measured again here"
             )
+        carried = run.state.get("carried_stop")
+        if carried and not run.rounds_done:
+            self._say(
+                f"{carried['source']} stopped with the same tasks and stopping settings; its "
+                f"{carried['streak']} checks in a row count here: a first check below the share stops it"
+            )
         if self.progress:
             self.progress.update(self.task_id, completed=run.elapsed_s)
 

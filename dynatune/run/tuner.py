@@ -101,10 +101,12 @@ class Tuner:
         roofline=None,
         anchors: dict[int, float] | None = None,
         stopping=None,
+        warm_sources: list[str] | None = None,
     ):
         """``roofline``: this machine's (:mod:`dynatune.machine.roofline`), for each task's latency bound
         (None: unknown). ``anchors``: ONNX Runtime's time for a task's operator (s), where it is known.
-        ``stopping``: a :class:`~dynatune.run.stopping.StoppingRule` (None: the run spends its budget)."""
+        ``stopping``: a :class:`~dynatune.run.stopping.StoppingRule` (None: the run spends its budget).
+        ``warm_sources``: the work dirs this run was warm-started from (:meth:`carry_stop`)."""
         self.session = session
         self.tasks = session.tasks
         self.budget_s = budget_s
@@ -131,6 +133,7 @@ class Tuner:
         self.anchors = anchors or {}
         self.task_set = task_set(self.tasks)
         self.stopping = stopping
+        self.warm_sources = list(warm_sources or [])
         if stopping is not None:
             stopping.attach(self.scheduler)
             stopping.load_state_dict((self.rounds[-1].get("stop_check") or {}) if self.rounds else {})
@@ -246,6 +249,7 @@ class Tuner:
         self.session.warm_up()
         self.session.measure_defaults()
         self.confirm_seeded()
+        self.carry_stop()
         self.save_run_state()
         return self.session.estimated_latency()
 
@@ -267,6 +271,34 @@ class Tuner:
             measured = {}
         self.run_state["confirmed"] = {self.tasks[i].name: [recorded[i], s] for i, s in measured.items()}
         return self.run_state["confirmed"]
+
+    def carry_stop(self) -> dict | None:
+        """Once per work dir, after :meth:`confirm_seeded`: a fresh run warm-started from a run whose stopping
+        rule stopped it (``run.json``'s ``stop``: not reopened by a later resume) carries that stop's count of
+        checks (:meth:`~dynatune.run.stopping.StoppingRule.carry`) when it has the same tasks and stopping
+        settings and every best schedule it started from was measured again here (a task never tuned there
+        has none: its evidence is its untuned latency, measured here too). Its first check, after its first
+        round, then stops it if its beliefs still say the rest is not worth the share (``run_state
+        ["carried_stop"]``: the source, its count and its reason; None when nothing was carried)."""
+        if self.stopping is None or self.rounds:
+            return self.run_state.get("carried_stop")
+        if "carried_stop" not in self.run_state:
+            self.run_state["carried_stop"] = self._stop_to_carry()
+        carried = self.run_state["carried_stop"]
+        if carried:
+            self.stopping.carry(carried["streak"])
+        return carried
+
+    def _stop_to_carry(self) -> dict | None:
+        confirmed = (self.run_state.get("confirmed") or {}).values()
+        if not confirmed or not all(m is not None and math.isfinite(m) for _, m in confirmed):
+            return None  # nothing measured again here, or a best that no longer runs: not confirmed
+        for src in reversed(self.warm_sources):  # the newest source last (a retune adds its previous run)
+            stop = read_run_state(WorkDir(src).run_state).get("stop") or {}
+            same = stop.get("tasks") == self.task_set and stop.get("settings") == self.stopping.settings()
+            if same:
+                return {"source": src, "streak": stop.get("streak", 0), "reason": stop.get("reason", "")}
+        return None
 
     def confirmation(self) -> dict | None:
         """What :meth:`confirm_seeded` found, for the summary: how many tasks, and their measured / recorded

@@ -1,8 +1,10 @@
 """Knowing when to stop: the rule on hand-made beliefs, the tuner's stop and its resume on a session whose
 tasks converge on known curves, and one real run that stops with its reason in the summary and MLflow."""
 
+import copy
 import json
 import math
+from types import SimpleNamespace as NS
 
 import numpy as np
 import pytest
@@ -208,6 +210,76 @@ def test_new_tasks_reopen_a_stop(tmp_path):
     assert again.stopped
 
 
+class RetuneSession(ConvergingSession):
+    """A retune of ``first``'s model in a fresh work dir, warm-started from it: every task starts from its
+    history and best there, and that best is measured again here (``failing``: tasks whose best no longer
+    runs)."""
+
+    def __init__(self, work_dir, first, failing=()):
+        super().__init__(work_dir)
+        self.states = {k: copy.deepcopy(st) for k, st in first.states.items()}
+        self.db = NS(best_latency=lambda key: self.best_latency(int(key.removeprefix("key"))))
+        self.failing = set(failing)
+
+    def measure_best(self, indices):
+        return {i: math.inf if i in self.failing else self.best_latency(i) for i in indices}
+
+
+def retune_after_stop(tmp_path):
+    (tmp_path / "first").mkdir()
+    (tmp_path / "retune").mkdir()
+    first = ConvergingSession(tmp_path / "first")
+    tuner = tuner_on(first, budget=600)
+    tuner.run_rounds()
+    tuner.close()
+    assert tuner.stopped
+    return first
+
+
+def retune_on(session, first_dir, share=0.01):
+    tuner = Tuner(
+        session,
+        "dynatune",
+        budget_s=600,
+        slot_s=SLOT,
+        warmup_share=0.5,
+        stopping=BeliefStopping(min_gain_share=share, patience=2),
+        warm_sources=[str(first_dir)],
+    )
+    tuner.bounds = dict(enumerate(session.bounds))
+    tuner.prepare()
+    return tuner
+
+
+def test_a_retune_of_a_stopped_run_carries_its_stop_and_stops_at_its_first_check(tmp_path):
+    """Same tasks, same settings, every best measured again: the first run's checks count, so the retune's
+    first check below the share stops it; its reason says whose checks it counted."""
+    first = retune_after_stop(tmp_path)
+    retune = retune_on(RetuneSession(tmp_path / "retune", first), tmp_path / "first")
+    assert retune.run_state["carried_stop"]["source"] == str(tmp_path / "first")
+    retune.run_rounds()
+    retune.close()
+    (check,) = [r["stop_check"] for r in retune.rounds]
+    assert check["stop"] and check["streak"] == 3 and check["carried"] == 2
+    assert "2 of them the checks that stopped the run this one was warm-started from" in check["reason"]
+    assert retune.ending().stopped_early
+
+
+@pytest.mark.parametrize("why", ["a best that no longer runs", "other settings", "a resumed source"])
+def test_a_retune_counts_afresh_unless_its_source_stopped_on_the_same_tasks_and_settings(tmp_path, why):
+    first = retune_after_stop(tmp_path)
+    share = 0.02 if why == "other settings" else 0.01
+    if why == "a resumed source":  # resumed with more budget, the first run's stop was reopened
+        tuner_on(first, budget=900).close()
+    session = RetuneSession(tmp_path / "retune", first, failing={1} if why.startswith("a best") else ())
+    retune = retune_on(session, tmp_path / "first", share=share)
+    assert retune.run_state["carried_stop"] is None
+    retune.run_rounds()
+    retune.close()
+    checks = [r["stop_check"] for r in retune.rounds]
+    assert len(checks) >= 2 and all(c["carried"] == 0 for c in checks) and checks[-1]["stop"]
+
+
 # -- one real run --------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_tiny_run_that_converges_stops_with_its_reason_in_the_summary_report_and_mlflow(
@@ -261,6 +333,38 @@ def test_a_tiny_run_that_converges_stops_with_its_reason_in_the_summary_report_a
     assert len(client.get_metric_history(s.mlflow_run_id, "stop_threshold_ms")) >= 1
     again = run(cfg)  # the same budget: the stop holds
     assert again.rounds == s.rounds and again.stopped_early and again.stop_reason == s.stop_reason
+
+
+@pytest.mark.slow
+def test_a_real_retune_of_a_stopped_run_stops_at_its_first_check(tiny_onnx, tmp_path, monkeypatch):
+    """The nightly retune of an unchanged model (warm-started from the stopped run, its schedules measured
+    again): the stop's two checks carry over, and the retune's first check stops it."""
+    from dynatune.run.config import load_config
+    from dynatune.run.pipeline import retune_config, run
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    sets = [
+        "slot_s=1",
+        "search.trials_per_iter=4",
+        "search.population_size=32",
+        "measure.adaptive=false",
+        "measure.repeat=3",
+        "stopping.min_gain_share=0.99",
+        "stopping.patience=2",
+        "compile.verify=false",
+        "compile.profile=false",
+        "anchors=false",
+        "library.enabled=false",
+    ]
+    cfg = load_config(
+        None, sets, model=tiny_onnx, shapes={"x": (1, 3, 16, 16)}, budget=30, work_dir=str(tmp_path)
+    )
+    first = run(cfg)
+    assert first.stopped_early and first.stop_check["streak"] == 2
+    retune = run(retune_config(cfg))
+    assert retune.rounds == 1 and retune.stopped_early and retune.stop_check["carried"] == 2
+    assert retune.confirmed["tasks"] >= 1 and not retune.confirmed["failed"]
+    assert "2 of them the checks that stopped the run this one was warm-started from" in retune.stop_reason
 
 
 def test_a_run_whose_tasks_keep_gaining_spends_its_budget_and_says_what_was_left(tmp_path):
