@@ -281,6 +281,23 @@ def test_a_retune_counts_afresh_unless_its_source_stopped_on_the_same_tasks_and_
 
 
 # -- one real run --------------------------------------------------------------------------------------
+def converging_run_sets(patience: int) -> list[str]:
+    """A tiny real run that converges by its settings: nothing left worth 99 % of the model once every task
+    had its first batch, at ``patience`` checks in a row."""
+    return [
+        "slot_s=1",
+        "search.trials_per_iter=4",
+        "search.population_size=32",
+        "measure.adaptive=false",
+        "measure.repeat=3",
+        "measure.min_repeat_ms=5",
+        "stopping.min_gain_share=0.99",
+        f"stopping.patience={patience}",
+        "compile.verify=false",  # the compile is other tests' part
+        "anchors=false",
+    ]
+
+
 @pytest.mark.slow
 def test_a_tiny_run_that_converges_stops_with_its_reason_in_the_summary_report_and_mlflow(
     tiny_onnx, tmp_path, monkeypatch
@@ -296,18 +313,7 @@ def test_a_tiny_run_that_converges_stops_with_its_reason_in_the_summary_report_a
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the work dir's own store
     monkeypatch.setattr(tracking_utils, "_tracking_uri", None)
-    sets = [
-        "slot_s=1",
-        "search.trials_per_iter=4",
-        "search.population_size=32",
-        "measure.adaptive=false",
-        "measure.repeat=3",
-        "measure.min_repeat_ms=5",
-        "stopping.min_gain_share=0.99",
-        "stopping.patience=1",
-        "compile.verify=false",  # the compile is other tests' part
-        "anchors=false",
-    ]
+    sets = converging_run_sets(patience=1)
     cfg = load_config(
         None, sets, model=tiny_onnx, shapes={"x": (1, 3, 16, 16)}, budget=30, work_dir=str(tmp_path)
     )
@@ -343,19 +349,7 @@ def test_a_real_retune_of_a_stopped_run_stops_at_its_first_check(tiny_onnx, tmp_
     from dynatune.run.pipeline import retune_config, run
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    sets = [
-        "slot_s=1",
-        "search.trials_per_iter=4",
-        "search.population_size=32",
-        "measure.adaptive=false",
-        "measure.repeat=3",
-        "stopping.min_gain_share=0.99",
-        "stopping.patience=2",
-        "compile.verify=false",
-        "compile.profile=false",
-        "anchors=false",
-        "library.enabled=false",
-    ]
+    sets = converging_run_sets(patience=2) + ["compile.profile=false", "library.enabled=false"]
     cfg = load_config(
         None, sets, model=tiny_onnx, shapes={"x": (1, 3, 16, 16)}, budget=30, work_dir=str(tmp_path)
     )
