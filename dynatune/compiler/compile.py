@@ -142,8 +142,10 @@ def weight_prepack_passes() -> list:
     Folding leaves the packing's results behind as bindings no one reads (the tuple of packed weights
     and a ``TupleGetItem`` per weight: the kernel call reads the constants themselves), and nothing later
     in the lowering removes them: each kernel call of the model ran four more VM instructions (a
-    ``make_tuple`` of constants, two ``tuple_getitem``, a ``null_value``; mnasnet0_5: 212 a run, 0.04 ms of
-    its 0.9 ms in the profile). ``DeadCodeElimination`` drops them, and the packing functions with them.
+    ``make_tuple`` of constants, two ``tuple_getitem``, a ``null_value``; mnasnet0_5: 212 a run).
+    ``DeadCodeElimination`` drops them, and the packing functions with them. (Their cost is small: the
+    profile's 0.04 ms of mnasnet0_5's 0.9 ms is the instrument's upper bound; side by side, before / after
+    read 1.002 [0.73, 1.27], BENCHMARKS.md ``bench.lowering_ab``.)
     """
     from tvm import relax
 
