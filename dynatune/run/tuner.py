@@ -290,8 +290,8 @@ class Tuner:
         return carried
 
     def _stop_to_carry(self) -> dict | None:
-        confirmed = (self.run_state.get("confirmed") or {}).values()
-        if not confirmed or not all(m is not None and math.isfinite(m) for _, m in confirmed):
+        confirmed = self.confirmation()
+        if confirmed is None or confirmed["failed"]:
             return None  # nothing measured again here, or a best that no longer runs: not confirmed
         for src in reversed(self.warm_sources):  # the newest source last (a retune adds its previous run)
             stop = read_run_state(WorkDir(src).run_state).get("stop") or {}
