@@ -119,9 +119,12 @@ class LiveView(RunCallback):
             )
         carried = run.state.get("carried_stop")
         if carried and not run.rounds_done:
+            slots = carried.get("slots")
+            over = f" over the {slots:.1f} slots it had left" if slots is not None else ""
             self._say(
                 f"{carried['source']} stopped with the same tasks and stopping settings; its "
-                f"{carried['streak']} checks in a row count here: a first check below the share stops it"
+                f"{carried['streak']} checks in a row count here: a first check below the share{over} "
+                "stops it"
             )
         if self.progress:
             self.progress.update(self.task_id, completed=run.elapsed_s)

@@ -37,9 +37,13 @@ A retune (a fresh run warm-started from one the rule stopped: a nightly retune o
 that stop's count (:meth:`StoppingRule.carry`) when its tasks are the same, its rule's settings are, and every
 task's best schedule was measured again here (the tuner's confirmation): the patience those checks met was
 met on the same tasks' evidence, which the retune holds too. Its own first check, after its first slot, looks
-again with that slot's measurements and its own budget: below the share, the retune stops there; above it,
-the count starts again. On mnasnet0_5 a retune counted afresh tuned for 134 s (three checks in a row, after
-slots that found 0.6 % on the estimate); the first run's stop held at its first check.
+again with that slot's measurements over what the carried checks weighed: the rest of the budget the stopped
+run had left (``carry``'s ``slots``), or the retune's own rest if that is less. Below the share the retune
+stops there; above it, the count starts again, over the retune's own rest. (Weighing its whole fresh budget
+asked another question than the carried checks had: on the live runs, a retune with 60 slots read 1.01-2.44x
+the threshold where its source, with 12.5-28.8 slots left, had stopped, and tuned for 91-509 s.) Counted
+afresh, a retune of mnasnet0_5 tuned for 134 s (three checks in a row, after slots that found 0.6 % on the
+estimate).
 
 The rule takes its beliefs from the scheduler (DynaTune's own, :attr:`Scheduler.gain_beliefs`), or the
 default headroom beliefs for a scheduler that has none.
@@ -55,7 +59,21 @@ import numpy as np
 
 from dynatune.beliefs.base import OWN, _valid, combined_std, rest_slots
 
-__all__ = ["BeliefStopping", "StopCheck", "StoppingRule"]
+__all__ = ["BeliefStopping", "StopCheck", "StoppingRule", "within_latency"]
+
+
+def within_latency(mean: np.ndarray, sources: dict, whole_s: float, confidence: float):
+    """A task's predicted gain (``mean``, and its standard deviation by source:
+    :meth:`~dynatune.beliefs.Beliefs.rest_spread`) held within what the task has. No task gains more than all
+    of its weighted latency ``whole_s``, so neither its mean nor its upper bound (``confidence`` standard
+    deviations above the mean) passes it; where the bound would, every source's part is scaled alike down to
+    the room left above the mean. (Uncapped, beliefs unsure of a task after one lucky slot carried a spread
+    larger than the task into the rest's sum, whose bound then read the whole model.)"""
+    mean = np.minimum(mean, whole_s)
+    spread = confidence * combined_std(sources)
+    room = whole_s - mean
+    scale = np.where(spread > room, room / np.where(spread > 0, spread, 1.0), 1.0)
+    return mean, {name: sd * scale for name, sd in sources.items()}
 
 
 @dataclass
@@ -71,6 +89,7 @@ class StopCheck:
     threshold_s: float = 0.0  # min_gain_share x the model's estimated latency
     model_s: float = 0.0  # the model's estimated latency (sum of weight x best)
     slots_left: float = 0.0  # the rest of the budget, in slots
+    slots_weighed: float = 0.0  # ... of them, those weighed: fewer while a carried stop's horizon holds
     streak: int = 0  # checks in a row (this one included) at which the rest was not worth the threshold
     carried: int = 0  # ... of them, the checks of the run this one was warm-started from (:meth:`carry`)
 
@@ -94,10 +113,11 @@ class StoppingRule(ABC):
     def reset(self) -> None:
         """Forget the count: the next stop needs fresh checks (a resumed run with new budget or tasks)."""
 
-    def carry(self, streak: int) -> None:
+    def carry(self, streak: int, slots: float | None = None) -> None:
         """Begin the count at ``streak``: the checks in a row that stopped the run this fresh one was
         warm-started from, its tasks the same and their best schedules measured again here
-        (:meth:`~dynatune.run.tuner.Tuner.carry_stop`)."""
+        (:meth:`~dynatune.run.tuner.Tuner.carry_stop`); ``slots``: the rest of the budget those checks
+        weighed (its last one's), None when unknown."""
 
     def settings(self) -> dict:
         """What the rule was asked (a stop decided under other settings is looked at again)."""
@@ -127,6 +147,7 @@ class BeliefStopping(StoppingRule):
         self.beliefs = beliefs
         self.streak = 0
         self.carried = 0
+        self.carried_slots: float | None = None  # the horizon of the carried checks (:meth:`carry`)
 
     def attach(self, scheduler=None) -> None:
         if self.beliefs is None:
@@ -144,8 +165,8 @@ class BeliefStopping(StoppingRule):
             if t.exhausted or not _valid(t.best_s) or self.beliefs.limit(t):
                 continue
             mean, sources = self.beliefs.rest_spread(t, ctx.slot_s, slots)
+            mean, sources = within_latency(mean, sources, t.weight * t.best_s, self.confidence)
             bound = np.maximum.accumulate(mean + self.confidence * combined_std(sources))
-            bound = np.minimum(bound, t.weight * t.best_s)  # never more than all of it
             out.append((t, bound, mean, sources))
         return out
 
@@ -186,23 +207,32 @@ class BeliefStopping(StoppingRule):
         # a task at its roof from the start has nothing to gain from its first batch either
         waiting = [t for t in ctx.tasks if not t.exhausted and not t.history and not self.beliefs.limit(t)]
         untuned = math.fsum(t.weight * t.best_s if _valid(t.best_s) else math.inf for t in waiting)
-        figures = dict(threshold_s=threshold, model_s=model_s, slots_left=slots)
+        weighed = min(slots, self.carried_slots) if self.carried and self.carried_slots is not None else slots
+        figures = dict(threshold_s=threshold, model_s=model_s, slots_left=slots, slots_weighed=weighed)
         if slots < 1:  # nothing left to save: the budget ends the run, not the rule (its count stays)
             return StopCheck(False, "less than a slot of the budget is left", streak=self.streak, **figures)
         if waiting and untuned >= threshold:  # below it, all of them together could not gain the share
-            self.streak = self.carried = 0
+            self.reset()
             return StopCheck(False, f"{len(waiting)} task(s) still wait for their first batch", **figures)
-        gains = self.rest_gains(ctx, slots)
+        gains = self.rest_gains(ctx, weighed)
         task, alone = max(
             ((t, float(g[-1])) for t, g, _, _ in gains if g.size), key=lambda x: x[1], default=(None, 0.0)
         )
-        gain = max(self.rest_bound(gains, rest_slots(slots)), alone)
+        gain = max(self.rest_bound(gains, rest_slots(weighed)), alone)
         name = task.name if task is not None else ""
         self.streak = self.streak + 1 if gain <= threshold else 0
         self.carried = min(self.carried, self.streak)
+        if not self.carried:
+            self.carried_slots = None  # the count started again: this run's own budget from now on
         stop = self.streak >= self.patience
+        rest = f"the rest of the budget ({slots:.1f} slots)"
+        if weighed < slots:
+            rest = (
+                f"the {weighed:.1f} slots the run it was warm-started from had left when it stopped (of this "
+                f"run's {slots:.1f})"
+            )
         what = (
-            f"the rest of the budget ({slots:.1f} slots) could still buy at most {gain * 1e3:.4g} ms (the "
+            f"{rest} could still buy at most {gain * 1e3:.4g} ms (the "
             f"beliefs' upper bound; the most from one task, {name or '-'}: {alone * 1e3:.4g} ms)"
         )
         share = f"{self.min_gain_share:.2%} of the model's {model_s * 1e3:.4g} ms ({threshold * 1e3:.4g} ms)"
@@ -223,9 +253,11 @@ class BeliefStopping(StoppingRule):
 
     def reset(self) -> None:
         self.streak = self.carried = 0
+        self.carried_slots = None
 
-    def carry(self, streak: int) -> None:
+    def carry(self, streak: int, slots: float | None = None) -> None:
         self.streak = self.carried = int(streak)
+        self.carried_slots = float(slots) if slots is not None else None
 
     def settings(self) -> dict:
         return {
@@ -236,8 +268,10 @@ class BeliefStopping(StoppingRule):
         }
 
     def state_dict(self) -> dict:
-        return {"streak": self.streak, "carried": self.carried}
+        return {"streak": self.streak, "carried": self.carried, "carried_slots": self.carried_slots}
 
     def load_state_dict(self, state: dict) -> None:
         self.streak = int(state.get("streak", 0))
         self.carried = int(state.get("carried", 0))
+        slots = state.get("carried_slots")
+        self.carried_slots = float(slots) if slots is not None else None

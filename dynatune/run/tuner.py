@@ -278,15 +278,16 @@ class Tuner:
         checks (:meth:`~dynatune.run.stopping.StoppingRule.carry`) when it has the same tasks and stopping
         settings and every best schedule it started from was measured again here (a task never tuned there
         has none: its evidence is its untuned latency, measured here too). Its first check, after its first
-        round, then stops it if its beliefs still say the rest is not worth the share (``run_state
-        ["carried_stop"]``: the source, its count and its reason; None when nothing was carried)."""
+        round, then stops it if its beliefs still say the rest the source had left when it stopped is not
+        worth the share (``run_state["carried_stop"]``: the source, its count, the slots it weighed and its
+        reason; None when nothing was carried)."""
         if self.stopping is None or self.rounds:
             return self.run_state.get("carried_stop")
         if "carried_stop" not in self.run_state:
             self.run_state["carried_stop"] = self._stop_to_carry()
         carried = self.run_state["carried_stop"]
         if carried:
-            self.stopping.carry(carried["streak"])
+            self.stopping.carry(carried["streak"], carried.get("slots"))
         return carried
 
     def _stop_to_carry(self) -> dict | None:
@@ -297,7 +298,12 @@ class Tuner:
             stop = read_run_state(WorkDir(src).run_state).get("stop") or {}
             same = stop.get("tasks") == self.task_set and stop.get("settings") == self.stopping.settings()
             if same:
-                return {"source": src, "streak": stop.get("streak", 0), "reason": stop.get("reason", "")}
+                return {
+                    "source": src,
+                    "streak": stop.get("streak", 0),
+                    "slots": stop.get("slots_weighed", stop.get("slots_left")),
+                    "reason": stop.get("reason", ""),
+                }
         return None
 
     def confirmation(self) -> dict | None:

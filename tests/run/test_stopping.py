@@ -253,16 +253,46 @@ def retune_on(session, first_dir, share=0.01):
 
 def test_a_retune_of_a_stopped_run_carries_its_stop_and_stops_at_its_first_check(tmp_path):
     """Same tasks, same settings, every best measured again: the first run's checks count, so the retune's
-    first check below the share stops it; its reason says whose checks it counted."""
+    first check below the share stops it; it weighs the rest the first run had left when it stopped (the
+    carried checks' horizon), not its own whole budget; its reason says whose checks it counted."""
     first = retune_after_stop(tmp_path)
+    left = run_state(tmp_path / "first")["stop"]["slots_left"]
     retune = retune_on(RetuneSession(tmp_path / "retune", first), tmp_path / "first")
-    assert retune.run_state["carried_stop"]["source"] == str(tmp_path / "first")
+    carried = retune.run_state["carried_stop"]
+    assert carried["source"] == str(tmp_path / "first") and carried["slots"] == pytest.approx(left)
     retune.run_rounds()
     retune.close()
     (check,) = [r["stop_check"] for r in retune.rounds]
     assert check["stop"] and check["streak"] == 3 and check["carried"] == 2
+    assert check["slots_weighed"] == pytest.approx(left) and check["slots_left"] > left
+    assert check["reason"].startswith(f"the {left:.1f} slots the run it was warm-started from had left")
     assert "2 of them the checks that stopped the run this one was warm-started from" in check["reason"]
     assert retune.ending().stopped_early
+
+
+def test_a_carried_stop_weighs_its_own_horizon_until_a_check_above_the_share_starts_the_count_again():
+    """Two slots could not buy the share; the retune's 400 could. A retune that carries a stop made with two
+    slots left weighs those two at its first check and stops; one whose first check is above the share even
+    so counts afresh over its own whole rest from then on."""
+    tasks = [task(0, 1e-3, 0.5e-3, slots=12), task(1, 1e-3, 0.6e-3, slots=12)]
+    own = BeliefStopping(min_gain_share=0.01, patience=3, beliefs=HeadroomBeliefs())
+    own.carry(3)  # no horizon recorded: its own rest
+    assert not own.check(ctx(tasks)).stop
+    rule = BeliefStopping(min_gain_share=0.01, patience=3, beliefs=HeadroomBeliefs())
+    rule.carry(3, slots=2.0)
+    check = rule.check(ctx(tasks))
+    assert check.stop and check.slots_weighed == pytest.approx(2.0)
+    assert check.slots_left == pytest.approx(400.0)
+    hopeful = [task(0, 1e-3, 0.5e-3, slots=2), task(1, 1e-3, 0.05e-3, slots=2)]  # still jumping: above
+    rule = BeliefStopping(min_gain_share=0.01, patience=3, beliefs=HeadroomBeliefs())
+    rule.carry(3, slots=2.0)
+    assert not rule.check(ctx(hopeful)).stop and rule.carried_slots is None
+    after = rule.check(ctx(tasks))
+    assert after.slots_weighed == after.slots_left == pytest.approx(400.0) and not after.stop  # above
+    state = BeliefStopping()
+    rule.carry(3, slots=2.0)
+    state.load_state_dict(json.loads(json.dumps(rule.state_dict())))
+    assert (state.streak, state.carried, state.carried_slots) == (3, 3, 2.0)
 
 
 @pytest.mark.parametrize("why", ["a best that no longer runs", "other settings", "a resumed source"])
@@ -351,7 +381,7 @@ def test_a_real_retune_of_a_stopped_run_stops_at_its_first_check(tiny_onnx, tmp_
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     sets = converging_run_sets(patience=2) + ["compile.profile=false", "library.enabled=false"]
     cfg = load_config(
-        None, sets, model=tiny_onnx, shapes={"x": (1, 3, 16, 16)}, budget=30, work_dir=str(tmp_path)
+        None, sets, model=tiny_onnx, shapes={"x": (1, 3, 16, 16)}, budget=60, work_dir=str(tmp_path)
     )
     first = run(cfg)
     assert first.stopped_early and first.stop_check["streak"] == 2
@@ -403,3 +433,15 @@ def test_the_rest_adds_the_tasks_own_uncertainties_in_squares_and_a_shared_one_i
         assert check.slots_left == pytest.approx(16.0)
         assert check.gain_s == pytest.approx(16 * mean + sds * sd)
         assert check.task_gain_s == pytest.approx(mean + sd)  # the most one task could buy alone
+
+
+def test_no_task_adds_more_uncertainty_to_the_rest_than_all_of_it():
+    """Beliefs unsure of three 1 ms tasks (a spread of 10 ms each, after one lucky slot on a tiny model): each
+    task's upper bound is held to its own latency, its spread scaled to the room above its mean, so the rest's
+    bound is the sum's (sqrt(3) of those spreads) and not the whole model, which read above any share."""
+    tasks = [task(i, 1e-3, 1e-5) for i in range(3)]
+    mean, sd = 1e-4, 1e-2
+    rule = BeliefStopping(min_gain_share=0.99, patience=1, beliefs=FlatBeliefs(mean, sd, OWN))
+    check = rule.check(ctx(tasks, elapsed=900.0 - 3 * SLOT))  # one slot for each task
+    assert check.gain_s == pytest.approx(3 * mean + math.sqrt(3) * (1e-3 - mean))
+    assert check.task_gain_s == pytest.approx(1e-3) and check.gain_s < check.threshold_s and check.stop
