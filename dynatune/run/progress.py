@@ -105,27 +105,28 @@ class LiveView(RunCallback):
             f"{run.elapsed_s:.0f}/{self.cfg.budget_s:.0f} s spent"
         )
         stop, reopened = run.state.get("stop"), run.state.get("reopened_stop")
-        if stop:
+        carried = run.state.get("carried_stop") if not run.rounds_done else None
+        confirmed = run.state.get("confirmed")
+        if confirmed and not run.rounds_done:
+            self._say(
+                f"confirmed: {len(confirmed)} tasks' best schedules from earlier runs measured again here"
+            )
+        if carried:
+            slots = carried.get("slots")
+            over = f", over the {slots:.1f} slots it had left," if slots is not None else ""
+            agreed = (run.state.get("carried_check") or {}).get("stop")
+            self._say(
+                f"{carried['source']} stopped with the same tasks and stopping settings; its "
+                f"{carried['streak']} checks in a row count here, and this run's own check{over} before its "
+                + ("first slot agrees" if agreed else "first slot does not: tuning goes on, counting afresh")
+            )
+        elif stop:
             self._say(
                 f"stopped earlier at {stop['elapsed_s']:.0f} s: {stop['reason']}; the same budget and "
                 "tasks, so tuning does not go on (a larger --budget, or --no-stop, tunes on)"
             )
         elif reopened:
             self._say(f"stopped earlier at {reopened['elapsed_s']:.0f} s; tuning goes on: {reopened['why']}")
-        confirmed = run.state.get("confirmed")
-        if confirmed and not run.rounds_done:
-            self._say(
-                f"confirmed: {len(confirmed)} tasks' best schedules from earlier runs measured again here"
-            )
-        carried = run.state.get("carried_stop")
-        if carried and not run.rounds_done:
-            slots = carried.get("slots")
-            over = f" over the {slots:.1f} slots it had left" if slots is not None else ""
-            self._say(
-                f"{carried['source']} stopped with the same tasks and stopping settings; its "
-                f"{carried['streak']} checks in a row count here: a first check below the share{over} "
-                "stops it"
-            )
         if self.progress:
             self.progress.update(self.task_id, completed=run.elapsed_s)
 

@@ -36,14 +36,14 @@ round.
 A retune (a fresh run warm-started from one the rule stopped: a nightly retune of an unchanged model) carries
 that stop's count (:meth:`StoppingRule.carry`) when its tasks are the same, its rule's settings are, and every
 task's best schedule was measured again here (the tuner's confirmation): the patience those checks met was
-met on the same tasks' evidence, which the retune holds too. Its own first check, after its first slot, looks
-again with that slot's measurements over what the carried checks weighed: the rest of the budget the stopped
-run had left (``carry``'s ``slots``), or the retune's own rest if that is less. Below the share the retune
-stops there; above it, the count starts again, over the retune's own rest. (Weighing its whole fresh budget
-asked another question than the carried checks had: on the live runs, a retune with 60 slots read 1.01-2.44x
-the threshold where its source, with 12.5-28.8 slots left, had stopped, and tuned for 91-509 s.) Counted
-afresh, a retune of mnasnet0_5 tuned for 134 s (three checks in a row, after slots that found 0.6 % on the
-estimate).
+met on the same tasks' evidence, which the retune holds too, every best measured again. The rule looks once
+more before the retune's first slot, at the tasks as the confirmation left them and over what the carried
+checks weighed: the rest of the budget the stopped run had left (``carry``'s ``slots``), or the retune's own
+rest if that is less. Below the share the retune stops there, without a slot; above it, the count starts
+again, over the retune's own rest. (A first check after a slot let one slot's luck start a whole new count:
+on the live runs a retune whose first slot jumped read 1.02x the threshold and tuned for 268 s. Weighing its
+whole fresh budget asked another question than the carried checks had: a retune with 60 slots read 1.01-2.44x
+the threshold where its source, with 12.5-28.8 slots left, had stopped, and tuned for 91-509 s.)
 
 The rule takes its beliefs from the scheduler (DynaTune's own, :attr:`Scheduler.gain_beliefs`), or the
 default headroom beliefs for a scheduler that has none.

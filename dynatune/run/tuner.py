@@ -200,8 +200,10 @@ class Tuner:
 
     def last_check(self, whole_slot: bool = False) -> dict | None:
         """The stopping rule's last check (None: it never looked); ``whole_slot``: the last one with at least
-        a slot of the budget left (at the very end the rest is nothing, and so is what it could buy)."""
+        a slot of the budget left (at the very end the rest is nothing, and so is what it could buy). A run
+        that carried a stop looked first before its first round (:meth:`carry_stop`)."""
         checks = [r["stop_check"] for r in reversed(self.rounds) if r.get("stop_check")]
+        checks += [self.run_state["carried_check"]] if self.run_state.get("carried_check") else []
         if whole_slot:
             checks = [c for c in checks if c.get("slots_left", 0) >= 1] or checks
         return next(iter(checks), None)
@@ -277,17 +279,19 @@ class Tuner:
         rule stopped it (``run.json``'s ``stop``: not reopened by a later resume) carries that stop's count of
         checks (:meth:`~dynatune.run.stopping.StoppingRule.carry`) when it has the same tasks and stopping
         settings and every best schedule it started from was measured again here (a task never tuned there
-        has none: its evidence is its untuned latency, measured here too). Its first check, after its first
-        round, then stops it if its beliefs still say the rest the source had left when it stopped is not
-        worth the share (``run_state["carried_stop"]``: the source, its count, the slots it weighed and its
-        reason; None when nothing was carried)."""
-        if self.stopping is None or self.rounds:
+        has none: its evidence is its untuned latency, measured here too). The rule then looks once, before
+        the first round (``run_state["carried_check"]``), at the tasks as the confirmation left them and over
+        the rest of the budget the source had left when it stopped: below the share, the run stops there,
+        without a slot; above it, the count starts again (``run_state["carried_stop"]``: the source, its
+        count, the slots it weighed and its reason; None when nothing was carried)."""
+        if self.stopping is None or self.rounds or "carried_check" in self.run_state:
             return self.run_state.get("carried_stop")
         if "carried_stop" not in self.run_state:
             self.run_state["carried_stop"] = self._stop_to_carry()
         carried = self.run_state["carried_stop"]
         if carried:
             self.stopping.carry(carried["streak"], carried.get("slots"))
+            self.run_state["carried_check"] = self._check_stop(-1)
         return carried
 
     def _stop_to_carry(self) -> dict | None:

@@ -251,23 +251,28 @@ def retune_on(session, first_dir, share=0.01):
     return tuner
 
 
-def test_a_retune_of_a_stopped_run_carries_its_stop_and_stops_at_its_first_check(tmp_path):
-    """Same tasks, same settings, every best measured again: the first run's checks count, so the retune's
-    first check below the share stops it; it weighs the rest the first run had left when it stopped (the
-    carried checks' horizon), not its own whole budget; its reason says whose checks it counted."""
+def test_a_retune_of_a_stopped_run_carries_its_stop_and_stops_before_its_first_slot(tmp_path):
+    """Same tasks, same settings, every best measured again: the first run's checks count, and the rule looks
+    once more before the first round, at the tasks as the confirmation left them and over the rest the first
+    run had left when it stopped (not the retune's own whole budget): below the share, the retune tunes
+    nothing. Its reason says whose checks it counted; a second look at the same work dir honours the stop."""
     first = retune_after_stop(tmp_path)
     left = run_state(tmp_path / "first")["stop"]["slots_left"]
     retune = retune_on(RetuneSession(tmp_path / "retune", first), tmp_path / "first")
-    carried = retune.run_state["carried_stop"]
+    carried, check = retune.run_state["carried_stop"], retune.run_state["carried_check"]
     assert carried["source"] == str(tmp_path / "first") and carried["slots"] == pytest.approx(left)
-    retune.run_rounds()
-    retune.close()
-    (check,) = [r["stop_check"] for r in retune.rounds]
-    assert check["stop"] and check["streak"] == 3 and check["carried"] == 2
+    assert check["stop"] and check["streak"] == 3 and check["carried"] == 2 and check["round"] == -1
     assert check["slots_weighed"] == pytest.approx(left) and check["slots_left"] > left
     assert check["reason"].startswith(f"the {left:.1f} slots the run it was warm-started from had left")
     assert "2 of them the checks that stopped the run this one was warm-started from" in check["reason"]
-    assert retune.ending().stopped_early
+    retune.run_rounds()
+    retune.close()
+    end = retune.ending()
+    assert retune.rounds == [] and end.stopped_early and end.elapsed_s == 0 and end.round == -1
+    assert end.reason == f"stopped at 0 s of the 600 s budget: {check['reason']}"
+    again = retune_on(RetuneSession(tmp_path / "retune", first), tmp_path / "first")
+    assert again.stopped and again.run_state["carried_check"] == check
+    again.close()
 
 
 def test_a_carried_stop_weighs_its_own_horizon_until_a_check_above_the_share_starts_the_count_again():
@@ -372,9 +377,10 @@ def test_a_tiny_run_that_converges_stops_with_its_reason_in_the_summary_report_a
 
 
 @pytest.mark.slow
-def test_a_real_retune_of_a_stopped_run_stops_at_its_first_check(tiny_onnx, tmp_path, monkeypatch):
+def test_a_real_retune_of_a_stopped_run_stops_before_its_first_slot(tiny_onnx, tmp_path, monkeypatch):
     """The nightly retune of an unchanged model (warm-started from the stopped run, its schedules measured
-    again): the stop's two checks carry over, and the retune's first check stops it."""
+    again): the stop's two checks carry over, and the retune's check before its first slot stops it; its
+    model is compiled and timed from the schedules it started from."""
     from dynatune.run.config import load_config
     from dynatune.run.pipeline import retune_config, run
 
@@ -386,7 +392,9 @@ def test_a_real_retune_of_a_stopped_run_stops_at_its_first_check(tiny_onnx, tmp_
     first = run(cfg)
     assert first.stopped_early and first.stop_check["streak"] == 2
     retune = run(retune_config(cfg))
-    assert retune.rounds == 1 and retune.stopped_early and retune.stop_check["carried"] == 2
+    assert retune.rounds == 0 and retune.stopped_early and retune.stop_check["carried"] == 2
+    assert retune.tuning_s_used == 0  # its model: the schedules it started from
+    assert retune.estimated_latency_ms == pytest.approx(first.estimated_latency_ms)
     assert retune.confirmed["tasks"] >= 1 and not retune.confirmed["failed"]
     assert "2 of them the checks that stopped the run this one was warm-started from" in retune.stop_reason
 
