@@ -149,10 +149,14 @@ def operator_anchors(
     return {i: ms / 1e3 for i, ms in profile.op_ms(tasks).items()}
 
 
-def run_anchors(model, tasks, work_dir: str, threads: int) -> dict[int, float]:
+def run_anchors(
+    model, tasks, work_dir: str, threads: int, sources=(), target: str | None = None
+) -> dict[int, float]:
     """:func:`operator_anchors` once per work dir (``anchors.json``; a resumed run reads them back, and
     measures them again if the file is damaged). A model ONNX Runtime cannot run has none: the beliefs then
-    use the roofline alone."""
+    use the roofline alone. A run warm-started from ``sources`` (work dirs) reads the anchors of the newest
+    one that tuned the same tasks for the same ``target`` (:func:`source_anchors`) instead of measuring
+    them again, as the roofline is read from its cache: these are the floors that run's beliefs stood on."""
     import warnings
 
     from dynatune.files import WorkDir, atomic_write_json
@@ -165,13 +169,40 @@ def run_anchors(model, tasks, work_dir: str, threads: int) -> dict[int, float]:
             return {int(i): float(s) for i, s in saved.items()}
     except (DamagedFile, ValueError, TypeError):  # a measurement, not state: measured again
         pass
-    try:
-        anchors = operator_anchors(model, tasks, threads)
-    except Exception as exc:  # noqa: BLE001 - the run goes on without anchors
-        warnings.warn(f"ONNX Runtime's per-operator times are not available: {exc}", stacklevel=2)
-        anchors = {}
+    anchors = source_anchors(tasks, sources, target)
+    if anchors is None:
+        try:
+            anchors = operator_anchors(model, tasks, threads)
+        except Exception as exc:  # noqa: BLE001 - the run goes on without anchors
+            warnings.warn(f"ONNX Runtime's per-operator times are not available: {exc}", stacklevel=2)
+            anchors = {}
     atomic_write_json(path, {str(i): s for i, s in anchors.items()})
     return anchors
+
+
+def source_anchors(tasks, sources, target: str | None) -> dict[int, float] | None:
+    """The anchors of the newest of ``sources`` (work dirs) whose tasks are ``tasks`` (the same keys in the
+    same order) and whose tuned model was built for ``target`` (its ``model.json``); None when none is.
+    Measured again in every run, ONNX Runtime's times per operator moved by 10-50 % between two runs on
+    one guest, and each task's floor with them: a retune's beliefs read headroom its source had not."""
+    from dynatune.files import WorkDir
+    from dynatune.run.workdir_state import read_tasks_file
+    from dynatune.runtime import metadata_path
+    from dynatune.search.state_files import DamagedFile, read_json_file
+
+    keys = [t.key for t in tasks]
+    for src in reversed(list(sources)):
+        wd = WorkDir(src)
+        try:
+            built = (read_json_file(metadata_path(wd.model_so), dict) or {}).get("target")
+            same = [t.get("key") for t in read_tasks_file(wd.tasks) or []] == keys
+            if same and target is not None and built == target:
+                saved = read_json_file(wd.anchors, dict)
+                if saved is not None:
+                    return {int(i): float(s) for i, s in saved.items()}
+        except (DamagedFile, ValueError, TypeError):  # a source's damaged file: not its anchors
+            continue
+    return None
 
 
 def random_feed(session) -> dict:

@@ -194,7 +194,14 @@ class TuningRun:
         if not self.cfg.anchors or self.cfg.measure.rpc:
             return {}
         self.on_stage("anchors", "ONNX Runtime's time per operator")
-        return run_anchors(self.model, self.tasks, self.cfg.work_dir, usable_cores())
+        return run_anchors(
+            self.model,
+            self.tasks,
+            self.cfg.work_dir,
+            usable_cores(),
+            sources=self.cfg.warm_start,
+            target=str(self.target),
+        )
 
     def start_event(self) -> RunStart:
         return RunStart(

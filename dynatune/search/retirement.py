@@ -14,13 +14,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+SEARCH_EXHAUSTED = "search space exhausted"  # the note of a task whose design space has nothing new left
+
 
 @dataclass
 class RetirementPolicy:
     failed_batches: int = 3
 
     def search_exhausted(self, state) -> str:
-        return self._retire(state, "search space exhausted")
+        return self._retire(state, SEARCH_EXHAUSTED)
 
     def after_batch(self, state, trials_per_iter: int, last_error: str) -> str | None:
         """The note if the failure streak retires the task now, else None."""

@@ -35,7 +35,7 @@ from dynatune.search.index_args import bounds_by_args, index_bounds
 from dynatune.search.layout_rewrite import REJECTED, finish_candidates
 from dynatune.search.measure import MeasureConfig, make_runner, t95
 from dynatune.search.population import CarriedPopulation
-from dynatune.search.retirement import RetirementPolicy
+from dynatune.search.retirement import SEARCH_EXHAUSTED, RetirementPolicy
 from dynatune.search.sampled import sampled_candidates
 from dynatune.search.section import MAX_SEED, OneOf, Section
 from dynatune.search.session_state import TaskState, read_session_state, write_session_state
@@ -247,8 +247,9 @@ class TuningSession:
 
     def adopt_progress(self, key: str, earlier: dict) -> None:
         """Carry over an earlier run's progress on task ``key`` (its ``session.json`` entry): history,
-        seconds, trials, and its untuned latency if this run has not measured it. A task already tuned
-        here keeps its own."""
+        seconds, trials, its untuned latency if this run has not measured it, and a search space it
+        exhausted there (its records came along: nothing new is left here either; a task retired for its
+        failures is tried again). A task already tuned here keeps its own."""
         st = self.states[key]
         if st.history:
             return
@@ -256,6 +257,8 @@ class TuningSession:
         st.seconds, st.trials = earlier.get("seconds", 0.0), earlier.get("trials", 0)
         if st.default_s is None:
             st.default_s = earlier.get("default_s")
+        if earlier.get("exhausted") and earlier.get("note") == SEARCH_EXHAUSTED:
+            st.exhausted, st.note = True, SEARCH_EXHAUSTED
 
     # -- queries ---------------------------------------------------------------------------------
     def state(self, i: int) -> TaskState:

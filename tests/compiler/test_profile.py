@@ -195,3 +195,34 @@ def test_run_anchors_time_onnx_runtimes_op_for_each_conv_and_matmul_once_per_wor
 
     gc.collect()  # the profile that failed to start is garbage now
     assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_a_warm_started_run_reads_its_sources_anchors_for_the_same_tasks_and_target(tiny_tasks, tmp_path):
+    """The floors a stopped run's beliefs stood on are its retune's too: measured again, ONNX Runtime's times
+    moved by 10-50 % between runs. Only a source with the same tasks, built for the same target, lends them;
+    the newest such source first."""
+    from dynatune.compiler.anchors import run_anchors, source_anchors
+    from dynatune.files import WorkDir
+
+    def source(name, keys, target, anchors):
+        wd = WorkDir(str(tmp_path / name))
+        os.makedirs(wd.path)
+        with open(wd.tasks, "w") as f:
+            json.dump([{"index": i, "name": f"t{i}", "key": k} for i, k in enumerate(keys)], f)
+        with open(os.path.join(wd.path, "model.json"), "w") as f:
+            json.dump({"target": target}, f)
+        with open(wd.anchors, "w") as f:
+            json.dump({"0": anchors}, f)
+        return wd.path
+
+    keys = [t.key for t in tiny_tasks]
+    old = source("old", keys, "llvm -mcpu=a", 1e-4)
+    new = source("new", keys, "llvm -mcpu=a", 2e-4)
+    other_cpu = source("other-cpu", keys, "llvm -mcpu=b", 3e-4)
+    other_tasks = source("other-tasks", keys[::-1], "llvm -mcpu=a", 4e-4)
+    assert source_anchors(tiny_tasks, [old, new, other_cpu, other_tasks], "llvm -mcpu=a") == {0: 2e-4}
+    assert source_anchors(tiny_tasks, [other_cpu, other_tasks], "llvm -mcpu=a") is None
+    work = str(tmp_path / "retune")
+    os.makedirs(work)
+    assert run_anchors(None, tiny_tasks, work, threads=1, sources=[old], target="llvm -mcpu=a") == {0: 1e-4}
+    assert run_anchors(None, tiny_tasks, work, threads=1) == {0: 1e-4}  # its own file from now on

@@ -152,3 +152,25 @@ def test_database_reopen_keeps_records(squeezenet, cpu_target, tmp_path):
     db3 = TuningDatabase(str(tmp_path / "db"))
     assert db3.num_records(t.key) == 4 and db3.best_latency(t.key) == pytest.approx(0.0005)
     db3.close()
+
+
+def test_a_warm_start_carries_an_exhausted_search_space_but_tries_a_failing_task_again():
+    """A task whose design space its source exhausted has nothing new here either (its records came along):
+    it stays retired, so a retune's beliefs give it no gain. One retired for its failures is tried again."""
+    from types import SimpleNamespace
+
+    from dynatune.search.retirement import SEARCH_EXHAUSTED
+    from dynatune.search.session_state import TaskState
+
+    history = [[1.0, 8, 2e-5]]
+    session = SimpleNamespace(states={k: TaskState() for k in ("spent", "failing", "tuned here")})
+    session.states["tuned here"].history = [[2.0, 8, 1e-5]]
+    earlier = {"history": history, "seconds": 1.0, "trials": 8, "default_s": 3e-5, "exhausted": True}
+    TuningSession.adopt_progress(session, "spent", earlier | {"note": SEARCH_EXHAUSTED})
+    failed = "retired: the last 48 candidates failed to build or run"
+    TuningSession.adopt_progress(session, "failing", earlier | {"note": failed})
+    TuningSession.adopt_progress(session, "tuned here", earlier | {"note": SEARCH_EXHAUSTED})
+    spent, failing, own = (session.states[k] for k in ("spent", "failing", "tuned here"))
+    assert spent.exhausted and spent.note == SEARCH_EXHAUSTED and spent.history == history
+    assert not failing.exhausted and failing.history == history and failing.default_s == 3e-5
+    assert not own.exhausted and own.history == [[2.0, 8, 1e-5]]  # its own progress kept
