@@ -186,7 +186,6 @@ def source_anchors(tasks, sources, target: str | None) -> dict[int, float] | Non
     Measured again in every run, ONNX Runtime's times per operator moved by 10-50 % between two runs on
     one guest, and each task's floor with them: a retune's beliefs read headroom its source had not."""
     from dynatune.files import WorkDir
-    from dynatune.run.workdir_state import read_tasks_file
     from dynatune.runtime import metadata_path
     from dynatune.search.state_files import DamagedFile, read_json_file
 
@@ -195,7 +194,7 @@ def source_anchors(tasks, sources, target: str | None) -> dict[int, float] | Non
         wd = WorkDir(src)
         try:
             built = (read_json_file(metadata_path(wd.model_so), dict) or {}).get("target")
-            same = [t.get("key") for t in read_tasks_file(wd.tasks) or []] == keys
+            same = [t.get("key") for t in read_json_file(wd.tasks, list) or [] if isinstance(t, dict)] == keys
             if same and target is not None and built == target:
                 saved = read_json_file(wd.anchors, dict)
                 if saved is not None:
