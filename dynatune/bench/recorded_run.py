@@ -21,6 +21,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from dynatune.compiler.anchors import read_anchors
 from dynatune.files import WorkDir
 from dynatune.run.workdir_state import read_rounds, read_tasks_file
 from dynatune.schedulers import RoundContext, TaskView
@@ -49,7 +50,7 @@ def recorded_rounds(work_dir: str, roofline=None, budget_s: float | None = None)
     slot = float(config.get("slot_s", 15.0))
     tasks = read_tasks_file(wd.tasks) or []
     states = read_session_state(wd.session)
-    anchors = {int(k): float(v) for k, v in (read_json_file(wd.anchors, dict) or {}).items()}
+    anchors = read_anchors(wd.anchors) or {}
     rounds = read_rounds(wd.rounds)
     own = Counter(r["task"] for r in rounds)  # each task's rounds in this run
     views, taken = [], {}

@@ -160,13 +160,13 @@ def run_anchors(
     import warnings
 
     from dynatune.files import WorkDir, atomic_write_json
-    from dynatune.search.state_files import DamagedFile, read_json_file
+    from dynatune.search.state_files import DamagedFile
 
     path = WorkDir(work_dir).anchors
     try:
-        saved = read_json_file(path, dict)
+        saved = read_anchors(path)
         if saved is not None:
-            return {int(i): float(s) for i, s in saved.items()}
+            return saved
     except (DamagedFile, ValueError, TypeError):  # a measurement, not state: measured again
         pass
     anchors = source_anchors(tasks, sources, target)
@@ -180,6 +180,14 @@ def run_anchors(
     return anchors
 
 
+def read_anchors(path: str) -> dict[int, float] | None:
+    """An ``anchors.json``: ``{task index: seconds}``, None when there is none (a damaged one raises)."""
+    from dynatune.search.state_files import read_json_file
+
+    saved = read_json_file(path, dict)
+    return None if saved is None else {int(i): float(s) for i, s in saved.items()}
+
+
 def source_anchors(tasks, sources, target: str | None) -> dict[int, float] | None:
     """The anchors of the newest of ``sources`` (work dirs) whose tasks are ``tasks`` (the same keys in the
     same order) and whose tuned model was built for ``target`` (its ``model.json``); None when none is.
@@ -189,16 +197,18 @@ def source_anchors(tasks, sources, target: str | None) -> dict[int, float] | Non
     from dynatune.runtime import metadata_path
     from dynatune.search.state_files import DamagedFile, read_json_file
 
+    if target is None:
+        return None
     keys = [t.key for t in tasks]
     for src in reversed(list(sources)):
         wd = WorkDir(src)
         try:
             built = (read_json_file(metadata_path(wd.model_so), dict) or {}).get("target")
             same = [t.get("key") for t in read_json_file(wd.tasks, list) or [] if isinstance(t, dict)] == keys
-            if same and target is not None and built == target:
-                saved = read_json_file(wd.anchors, dict)
+            if same and built == target:
+                saved = read_anchors(wd.anchors)
                 if saved is not None:
-                    return {int(i): float(s) for i, s in saved.items()}
+                    return saved
         except (DamagedFile, ValueError, TypeError):  # a source's damaged file: not its anchors
             continue
     return None
