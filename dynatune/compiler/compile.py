@@ -38,7 +38,9 @@ from dynatune.errors import DynatuneError
 from dynatune.machine.load import QuietPolicy
 from dynatune.machine.target import gpu_default_schedule
 from dynatune.model.extract import Lowering, backend_passes, fuse_passes
+from dynatune.model.flat_storage import flatten_planned_tensors_pass
 from dynatune.model.placement import concat_functions, place
+from dynatune.model.shared_views import share_identical_views_pass
 
 VERIFY_INPUTS = 3  # seeded random inputs the compiled model is checked on
 
@@ -115,7 +117,7 @@ def build(model, target, database=None, lowering: Lowering = Lowering()):
         if is_gpu:
             mod = gpu_default_schedule()(mod)
         return tvm.transform.Sequential(
-            backend_passes(target, "dataflow_lower_passes") + backend_passes(target, "finalize_passes")
+            backend_passes(target, "dataflow_lower_passes") + finalize_passes(target)
         )(mod)
 
     import contextlib
@@ -127,6 +129,21 @@ def build(model, target, database=None, lowering: Lowering = Lowering()):
         tvm.transform.PassContext(opt_level=3),
     ):
         return relax.build(mod, target=target, relax_pipeline=pipeline)
+
+
+def finalize_passes(target) -> list:
+    """TVM's finalize passes for ``target``, with the planned memory's run-time objects made once: after the
+    memory is planned (``StaticPlanBlockMemory``, ``LowerAllocTensor``) and before each variable is released
+    after its last use (``KillAfterLastUse``), kernels take their storages flat
+    (:mod:`dynatune.model.flat_storage`) and the views left are made once per place
+    (:mod:`dynatune.model.shared_views`). mnasnet0_5: 7 ``vm.builtin.alloc_tensor`` calls a run instead of 54.
+    """
+    passes = backend_passes(target, "finalize_passes")
+    names = [p.info.name for p in passes]
+    if "KillAfterLastUse" not in names:
+        return passes
+    at = names.index("KillAfterLastUse")
+    return [*passes[:at], flatten_planned_tensors_pass(), share_identical_views_pass(), *passes[at:]]
 
 
 def weight_prepack_passes() -> list:
@@ -154,6 +171,7 @@ def weight_prepack_passes() -> list:
     return [
         relax.transform.SplitLayoutRewritePreproc(),
         *fold_constants_passes(),
+        relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(["main"]),
     ]
 

@@ -1,0 +1,184 @@
+"""The planned memory's run-time objects made once: kernels take their storages flat
+(``model.flat_storage``), views left are made once per place (``model.shared_views``), and the packed
+weights' tuples are gone (``compile.weight_prepack_passes``). The model computes what ONNX Runtime does, and
+runs in plain TVM."""
+
+import collections
+import re
+
+import numpy as np
+import pytest
+from helpers import run_in_plain_tvm, save_onnx
+
+from dynatune.compiler.compile import build, export, verify
+from dynatune.compiler.execution import relax_vm
+from dynatune.model.importer import load_model
+
+
+def _repeated_blocks_onnx(path: str, blocks: int = 4, channels: int = 8) -> str:
+    """A 3x3 convolution, then ``blocks`` 1x1 convolutions with ReLU of one shape (one kernel, called
+    ``blocks`` times, each time between two other storages), a global pool, a flatten and a gemm."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["h0"], pads=[1, 1, 1, 1])]
+    inits = [w("w0", channels, 3, 3, 3), w("b0", channels)]
+    for i in range(1, blocks + 1):
+        nodes += [
+            helper.make_node("Conv", [f"h{i - 1}", f"w{i}", f"b{i}"], [f"c{i}"]),
+            helper.make_node("Relu", [f"c{i}"], [f"h{i}"]),
+        ]
+        inits += [w(f"w{i}", channels, channels, 1, 1), w(f"b{i}", channels)]
+    nodes += [
+        helper.make_node("GlobalAveragePool", [f"h{blocks}"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1),
+    ]
+    inits += [w("fc_w", 10, channels), w("fc_b", 10)]
+    graph = helper.make_graph(
+        nodes,
+        "repeated_blocks",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    return save_onnx(graph, path)
+
+
+def _calls(text: str) -> collections.Counter:
+    return collections.Counter(
+        line.split()[1] for line in text.splitlines() if line.strip().startswith("call")
+    )
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory, cpu_target):
+    model = load_model(_repeated_blocks_onnx(str(tmp_path_factory.mktemp("flat") / "repeated.onnx")))
+    return model, build(model, cpu_target)
+
+
+def test_a_run_makes_one_tensor_per_storage(repeated):
+    _model, executable = repeated
+    calls = _calls(executable.as_text())
+    # one tensor per storage: a flat one, or the model's output (a storage of its own, lowered from the
+    # output's allocation)
+    assert calls["vm.builtin.alloc_tensor"] == calls["vm.builtin.alloc_storage"] == 5
+    repeated_kernel = [name for name, n in calls.items() if n == 4 and not name.startswith("vm.")]
+    assert len(repeated_kernel) == 1, calls
+
+
+def test_a_kernel_called_between_different_storages_reads_and_writes_each(repeated, cpu_target):
+    """The repeated 1x1 kernel alternates between two storages: each call gets its own (a kernel that read
+    its first call's storage at every call computed mnasnet0_5 41x wrong)."""
+    import tvm
+
+    model, executable = repeated
+    text = executable.as_text()
+    kernel = next(name for name, n in _calls(text).items() if n == 4 and not name.startswith("vm."))
+    sites = re.findall(rf"call  {kernel} in: (%\d+), c\[\d+\], c\[\d+\], (%\d+)", text)
+    assert len(sites) == 4 and len(set(sites)) == 2, sites
+    assert all(src != dst for src, dst in sites)
+    check = verify(relax_vm(executable, tvm.cpu()), model, tvm.cpu(), threads=2)
+    assert check.ok and check.max_rel_err < 1e-4, check
+
+
+def test_a_kernel_takes_its_storage_flat_and_declares_its_tensor_inside(repeated, cpu_target):
+    import tvm
+    from tvm import relax
+
+    from dynatune.compiler.compile import finalize_passes
+    from dynatune.model.extract import Lowering, backend_passes, fuse_passes
+
+    model, _ = repeated
+    with cpu_target, tvm.transform.PassContext(opt_level=3):
+        lowered = tvm.transform.Sequential(
+            fuse_passes(cpu_target, Lowering()) + backend_passes(cpu_target, "dataflow_lower_passes")
+        )(model.bound_module())
+        planned = tvm.transform.Sequential(finalize_passes(cpu_target)[:4])(lowered)
+    names = [p.info.name for p in finalize_passes(cpu_target)]
+    assert names[:5] == [
+        "StaticPlanBlockMemory",
+        "LowerAllocTensor",
+        "FlattenPlannedTensors",
+        "ShareIdenticalViews",
+        "KillAfterLastUse",
+    ]
+
+    def takes_flat(func) -> bool:  # a parameter of one symbolic dimension, its tensor declared inside
+        flat = [p for p in func.params if len(p.shape) == 1 and not isinstance(p.shape[0], tvm.tirx.IntImm)]
+        return bool(flat) and all(f"{p.name}_in_storage" in func.script() for p in flat)
+
+    kernels = [f for f in planned.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert sum(takes_flat(f) for f in kernels) >= 3  # the 3x3, the repeated 1x1, the pool
+    main = planned["main"].script()
+    assert main.count("R.memory.alloc_tensor") == main.count("R.memory.alloc_storage")
+    assert isinstance(planned["main"], relax.Function)
+
+
+def test_the_artifact_runs_in_plain_tvm(repeated, tmp_path):
+    model, executable = repeated
+    check = run_in_plain_tvm(model, export(executable, str(tmp_path / "model.so")), tmp_path)
+    assert check.ok and check.max_rel_err < 1e-4
+
+
+def test_identical_views_are_made_once():
+    """Two views at the same place (storage, offset, shape, type) are one; a view of another shape stays."""
+    from tvm import relax
+
+    from dynatune.model.shared_views import share_identical_views_pass
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([4], "float32"))
+    with bb.function("main", [x], pure=False):
+        storage = bb.emit(relax.op.memory.alloc_storage(relax.ShapeExpr([64]), 0, "global", "float32"))
+        views = [
+            bb.emit(relax.op.memory.alloc_tensor(storage, 0, relax.ShapeExpr(shape), "float32"))
+            for shape in ([4], [4], [2, 2])
+        ]
+        bb.emit_func_output(relax.Tuple(views))
+    mod = bb.get()
+    shared = share_identical_views_pass()(mod)
+    alloc_tensors = shared["main"].script().count("R.memory.alloc_tensor")
+    assert alloc_tensors == 2 and mod["main"].script().count("R.memory.alloc_tensor") == 3
+
+
+def test_packed_weights_leave_no_tuple_to_take_apart(cpu_target):
+    """Weights packed in pairs (a kernel's weight and bias): folding leaves ``t = (c0, c1); w = t[0]; b =
+    t[1]``, four VM instructions a call; the kernel now reads the constants themselves."""
+    import tvm
+    from tvm import relax, te
+
+    from dynatune.compiler.compile import weight_prepack_passes
+
+    rng = np.random.default_rng(0)
+    w, b = (rng.standard_normal(4).astype(np.float32) for _ in range(2))
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([4], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            pair = bb.emit_te(
+                lambda w, b: (te.compute((4,), lambda i: w[i] * 2.0), te.compute((4,), lambda i: b[i] + 1.0)),
+                relax.const(w),
+                relax.const(b),
+            )
+            y = bb.emit_output(
+                bb.emit_te(
+                    lambda x, w, b: te.compute((4,), lambda i: x[i] * w[i] + b[i]),
+                    x,
+                    bb.emit(relax.TupleGetItem(pair, 0)),
+                    bb.emit(relax.TupleGetItem(pair, 1)),
+                )
+            )
+        bb.emit_func_output(y)
+    with cpu_target, tvm.transform.PassContext(opt_level=3):
+        packed = tvm.transform.Sequential(weight_prepack_passes())(bb.get())
+        executable = relax.build(packed, target=cpu_target)
+    text = executable.as_text()
+    assert "make_tuple" not in text and "tuple_getitem" not in text
+    xs = rng.standard_normal(4).astype(np.float32)
+    out = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(xs)).numpy()
+    np.testing.assert_allclose(out, xs * (w * 2.0) + (b + 1.0), rtol=1e-6)
