@@ -176,6 +176,20 @@ def save_onnx(graph, path: str) -> str:
     return path
 
 
+def save_float_model(path: str, name: str, nodes, inits, x_shape, y_shape) -> str:
+    """``nodes`` from one float input ``x`` to one float output ``y``, saved as :func:`save_onnx`."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_shape))],
+        inits,
+    )
+    return save_onnx(graph, path)
+
+
 def make_tiny_onnx(path: str, batch="N", channels: int = 8, seed: int = 0, extra_layer: bool = False) -> str:
     import numpy as np
     import onnx

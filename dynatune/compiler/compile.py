@@ -137,10 +137,13 @@ def finalize_passes(target) -> list:
     after its last use (``KillAfterLastUse``), kernels take their storages flat
     (:mod:`dynatune.model.flat_storage`) and the views left are made once per place
     (:mod:`dynatune.model.shared_views`). mnasnet0_5: 7 ``vm.builtin.alloc_tensor`` calls a run instead of 54.
+    CPU targets only: a GPU target keeps TVM's passes (never tried there).
     """
+    from tvm.relax.pipeline import BackendDispatcher
+
     passes = backend_passes(target, "finalize_passes")
     names = [p.info.name for p in passes]
-    if "KillAfterLastUse" not in names:
+    if "KillAfterLastUse" not in names or BackendDispatcher.is_gpu_target(target):
         return passes
     at = names.index("KillAfterLastUse")
     return [*passes[:at], flatten_planned_tensors_pass(), share_identical_views_pass(), *passes[at:]]

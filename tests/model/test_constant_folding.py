@@ -1,7 +1,7 @@
 """Constant folding in one LLVM build gives exactly what TVM's FoldConstant gives alone."""
 
 import pytest
-from helpers import save_onnx
+from helpers import save_float_model
 
 from dynatune.model.constant_folding import calls_on_constants, fold_calls_on_constants_pass
 from dynatune.model.extract import fuse_passes
@@ -12,7 +12,7 @@ def _batch_norm_onnx(path: str) -> str:
     """conv -> batch norm -> relu -> grouped conv -> batch norm -> add (residual) -> mul by a constant ->
     global pool -> gemm, random weights: batch norms to fold into their convolutions, weights to transform."""
     import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(0)
 
@@ -41,14 +41,7 @@ def _batch_norm_onnx(path: str) -> str:
     inits = [w("w1", c, 3, 3, 3), w("w2", c, c // 2, 3, 3), w("k", c, 1, 1), w("fc_w", 10, c), w("fc_b", 10)]
     for i in (1, 2):
         inits += [w(f"s{i}", c), w(f"o{i}", c), w(f"m{i}", c), w(f"v{i}", c, positive=True)]
-    graph = helper.make_graph(
-        nodes,
-        "batch_norm",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-        inits,
-    )
-    return save_onnx(graph, path)
+    return save_float_model(path, "batch_norm", nodes, inits, [1, 3, 16, 16], [1, 10])
 
 
 @pytest.fixture(scope="module")

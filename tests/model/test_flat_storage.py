@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import run_in_plain_tvm, save_onnx
+from helpers import run_in_plain_tvm, save_float_model
 
 from dynatune.compiler.compile import build, export, verify
 from dynatune.compiler.execution import relax_vm
@@ -18,7 +18,7 @@ from dynatune.model.importer import load_model
 def _repeated_blocks_onnx(path: str, blocks: int = 4, channels: int = 8) -> str:
     """A 3x3 convolution, then ``blocks`` 1x1 convolutions with ReLU of one shape (one kernel, called
     ``blocks`` times, each time between two other storages), a global pool, a flatten and a gemm."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(0)
 
@@ -39,14 +39,7 @@ def _repeated_blocks_onnx(path: str, blocks: int = 4, channels: int = 8) -> str:
         helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1),
     ]
     inits += [w("fc_w", 10, channels), w("fc_b", 10)]
-    graph = helper.make_graph(
-        nodes,
-        "repeated_blocks",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
-        inits,
-    )
-    return save_onnx(graph, path)
+    return save_float_model(path, "repeated_blocks", nodes, inits, [1, 3, 12, 12], [1, 10])
 
 
 def _calls(text: str) -> collections.Counter:
@@ -117,6 +110,18 @@ def test_a_kernel_takes_its_storage_flat_and_declares_its_tensor_inside(repeated
     main = planned["main"].script()
     assert main.count("R.memory.alloc_tensor") == main.count("R.memory.alloc_storage")
     assert isinstance(planned["main"], relax.Function)
+
+
+def test_gpu_targets_keep_tvms_finalize_passes():
+    import tvm
+
+    from dynatune.compiler.compile import finalize_passes
+    from dynatune.model.extract import backend_passes
+
+    gpu = tvm.target.Target("cuda")
+    assert [p.info.name for p in finalize_passes(gpu)] == [
+        p.info.name for p in backend_passes(gpu, "finalize_passes")
+    ]
 
 
 def test_the_artifact_runs_in_plain_tvm(repeated, tmp_path):
