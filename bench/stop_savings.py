@@ -76,6 +76,7 @@ from bench.harness import (
     tune_cli,
     write_json,
 )
+from dynatune.errors import DynatuneError
 
 README_CONFIG = os.path.join(ROOT, "configs", "quickstart.yaml")
 # the targets: stopped within 3 % of full (full / stopped >= 1 / 1.03), tuning <= 40 % of the budget
@@ -155,8 +156,12 @@ def recorded_rows(work_dirs, share: float, patience: int, confidence: float) -> 
 
     rows = []
     for work in work_dirs:
-        rounds = recorded_rounds(work, run_roofline(work))
-        r = rule_on_run(rounds, BeliefStopping(share, patience, confidence))
+        try:
+            r = rule_on_run(
+                recorded_rounds(work, run_roofline(work)), BeliefStopping(share, patience, confidence)
+            )
+        except DynatuneError as e:
+            raise DynatuneError(f"{work}: {e}") from None
         rows.append(
             {
                 "work_dir": work,
@@ -393,7 +398,10 @@ def main(argv=None):
         print(replay_table(rows))
         return rows
     if args.part == "recorded":
-        rows = recorded_rows(args.work_dirs, args.share, args.patience, args.confidence)
+        try:
+            rows = recorded_rows(args.work_dirs, args.share, args.patience, args.confidence)
+        except DynatuneError as e:
+            ap.error(str(e))
         write_json(args.out, {"rows": rows})
         return rows
     rule = {"share": args.share, "patience": args.patience, "confidence": args.confidence}

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from dynatune.compiler.anchors import read_anchors
+from dynatune.errors import DynatuneError
 from dynatune.files import WorkDir
 from dynatune.run.workdir_state import read_rounds, read_tasks_file
 from dynatune.schedulers import RoundContext, TaskView
@@ -111,6 +112,11 @@ class RuleOnRun:
 def rule_on_run(recorded: list[RecordedRound], rule) -> RuleOnRun:
     """``rule`` (a fresh :class:`~dynatune.run.stopping.StoppingRule`) checked after every recorded round, as
     the tuner checks it, until it says stop."""
+    if not recorded:
+        raise DynatuneError(
+            "no recorded rounds: a run that tuned nothing (such as a retune that stopped before its first "
+            "slot) has nothing for a rule to stop"
+        )
     rule.attach()
     final = recorded[-1].estimate_s
     checks, stop = [], None

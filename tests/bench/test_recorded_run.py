@@ -86,3 +86,21 @@ def test_stop_savings_recorded_states_where_the_rule_stops_each_run(tmp_path):
     assert row["share"] == 0.01 and row["patience"] == 2 and row["budget_s"] == BUDGET
     assert row["stop_round"] is not None and 0 < row["used_share"] < 1 and row["loss"] >= 0
     assert len(row["checks"]) == row["stop_round"] + 1 and row["checks"][-1]["stop"]
+
+
+def test_a_run_with_no_rounds_is_refused_in_one_line(tmp_path, capsys):
+    """A retune that stopped before its first slot recorded no round: nothing for a rule to stop."""
+    from bench.stop_savings import main
+    from dynatune.errors import DynatuneError
+
+    with pytest.raises(DynatuneError, match="no recorded rounds"):
+        rule_on_run([], rule())
+    full = tuned(tmp_path / "off", None)
+    open(WorkDir(str(tmp_path / "off")).rounds, "w").close()  # (its rounds gone: as a run that tuned nothing)
+    assert full.rounds
+    with pytest.raises(SystemExit) as exit_:
+        main(["recorded", str(tmp_path / "off"), "--out", str(tmp_path / "recorded.json")])
+    assert exit_.value.code == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert str(tmp_path / "off") in message and "no recorded rounds" in message
+    assert not (tmp_path / "recorded.json").exists()
