@@ -117,7 +117,7 @@ def build(model, target, database=None, lowering: Lowering = Lowering()):
         if is_gpu:
             mod = gpu_default_schedule()(mod)
         return tvm.transform.Sequential(
-            backend_passes(target, "dataflow_lower_passes") + finalize_passes(target)
+            backend_passes(target, "dataflow_lower_passes") + finalize_passes(target, lowering)
         )(mod)
 
     import contextlib
@@ -131,19 +131,17 @@ def build(model, target, database=None, lowering: Lowering = Lowering()):
         return relax.build(mod, target=target, relax_pipeline=pipeline)
 
 
-def finalize_passes(target) -> list:
+def finalize_passes(target, lowering: Lowering = Lowering()) -> list:
     """TVM's finalize passes for ``target``, with the planned memory's run-time objects made once: after the
     memory is planned (``StaticPlanBlockMemory``, ``LowerAllocTensor``) and before each variable is released
     after its last use (``KillAfterLastUse``), kernels take their storages flat
     (:mod:`dynatune.model.flat_storage`) and the views left are made once per place
     (:mod:`dynatune.model.shared_views`). mnasnet0_5: 7 ``vm.builtin.alloc_tensor`` calls a run instead of 54.
-    CPU targets only: a GPU target keeps TVM's passes (never tried there).
+    CPU targets only (``Lowering.flattens_storage``): a GPU target keeps TVM's passes.
     """
-    from tvm.relax.pipeline import BackendDispatcher
-
     passes = backend_passes(target, "finalize_passes")
     names = [p.info.name for p in passes]
-    if "KillAfterLastUse" not in names or BackendDispatcher.is_gpu_target(target):
+    if "KillAfterLastUse" not in names or not lowering.flattens_storage(target):
         return passes
     at = names.index("KillAfterLastUse")
     return [*passes[:at], flatten_planned_tensors_pass(), share_identical_views_pass(), *passes[at:]]

@@ -69,6 +69,9 @@ class Lowering:
     # CPU targets, NHWC: a convolution of the model's NCHW input reads it as it lies, with no transpose
     # kernel before it (dynatune.model.input_layout)
     read_input: bool = True
+    # compile only (the tasks are the same either way, so not in :meth:`describe`): CPU targets' kernels take
+    # their planned storages flat, the views left made once (dynatune.compiler.compile.finalize_passes)
+    flat_storage: bool = True
 
     def prepacks(self, target) -> bool:
         return uses_prepack(target, self.prepack)
@@ -82,6 +85,11 @@ class Lowering:
         """Whether concatenations are placed for ``target``: as asked on CPU targets, never on GPU targets
         (their default schedules are not verified on a producer that writes a slice)."""
         return bool(self.place_concat) and not _is_gpu(target)
+
+    def flattens_storage(self, target) -> bool:
+        """Whether kernels take their planned storages flat for ``target``: as asked on CPU targets, never on
+        GPU targets (not tried there)."""
+        return bool(self.flat_storage) and not _is_gpu(target)
 
     def winograds(self, target) -> bool:
         """Whether eligible convolutions are lowered as Winograd for ``target``: as asked on CPU targets whose

@@ -112,6 +112,23 @@ def test_a_kernel_takes_its_storage_flat_and_declares_its_tensor_inside(repeated
     assert isinstance(planned["main"], relax.Function)
 
 
+def test_without_flat_storage_a_run_makes_a_view_per_tensor_and_the_tasks_are_the_same(repeated, cpu_target):
+    """``Lowering(flat_storage=False)`` (``bench.lowering_ab --variant NAME:flat_storage=false`` compares it):
+    TVM's finalize passes, a view per intermediate tensor; the same tasks, so the same records apply."""
+    import tvm
+
+    from dynatune.model.extract import Lowering
+
+    model, flat = repeated
+    views = build(model, cpu_target, lowering=Lowering(flat_storage=False))
+    assert (
+        _calls(views.as_text())["vm.builtin.alloc_tensor"] > _calls(flat.as_text())["vm.builtin.alloc_tensor"]
+    )
+    assert Lowering(flat_storage=False).describe(cpu_target) == Lowering().describe(cpu_target)
+    check = verify(relax_vm(views, tvm.cpu()), model, tvm.cpu(), threads=2)
+    assert check.ok and check.max_rel_err < 1e-4
+
+
 def test_gpu_targets_keep_tvms_finalize_passes():
     import tvm
 
