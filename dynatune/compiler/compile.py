@@ -157,13 +157,14 @@ def weight_prepack_passes() -> list:
     nothing to lift (the pass would only add an empty ``main_transform_params``): ``FoldConstant``
     evaluates the packing calls instead, and the artifact stores the packed weights.
 
-    Folding leaves the packing's results behind as bindings no one reads (the tuple of packed weights
-    and a ``TupleGetItem`` per weight: the kernel call reads the constants themselves), and nothing later
-    in the lowering removes them: each kernel call of the model ran four more VM instructions (a
-    ``make_tuple`` of constants, two ``tuple_getitem``, a ``null_value``; mnasnet0_5: 212 a run).
-    ``DeadCodeElimination`` drops them, and the packing functions with them. (Their cost is small: the
-    profile's 0.04 ms of mnasnet0_5's 0.9 ms is the instrument's upper bound; side by side, before / after
-    read 1.002 [0.73, 1.27], BENCHMARKS.md ``bench.lowering_ab``.)
+    Folding leaves the packing's results behind: where a kernel packs two weights (a weight and a bias),
+    the tuple of packed constants bound to a variable, and a ``TupleGetItem`` of it per weight, which the
+    kernel call reads. Each kernel call of the model ran four more VM instructions (a ``make_tuple`` of
+    constants, two ``tuple_getitem``, a ``null_value``; mnasnet0_5: 212 of 387 a run).
+    ``CanonicalizeBindings`` takes each known tuple's items apart (the call then reads the constants
+    themselves) and ``DeadCodeElimination`` drops what is left, and the packing functions with them.
+    (DCE alone, from ``d9140ea``, removed none of them: the items were still read. Side by side, removing
+    them and making one tensor per planned storage: mnasnet0_5 0.965 of before, BENCHMARKS.md #55.)
     """
     from tvm import relax
 
