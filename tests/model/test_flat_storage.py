@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import run_in_plain_tvm, save_float_model
+from helpers import randomized_light_model, run_in_plain_tvm, save_float_model
 
 from dynatune.compiler.compile import build, export, verify
 from dynatune.compiler.execution import relax_vm
@@ -204,3 +204,21 @@ def test_packed_weights_leave_no_tuple_to_take_apart(cpu_target):
     xs = rng.standard_normal(4).astype(np.float32)
     out = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(xs)).numpy()
     np.testing.assert_allclose(out, xs * (w * 2.0) + (b + 1.0), rtol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["shufflenet", "inception_v1"])
+def test_light_models_with_reshapes_and_placed_concatenations_compute_what_onnxruntime_does(
+    name, tmp_path, cpu_target
+):
+    """ShuffleNet's channel shuffles (reshape views the kernels do not read) and Inception's concatenations
+    (producers writing their slices in place): flat storages beside both, one tensor per storage but the views
+    a reshape reads."""
+    import tvm
+
+    model = load_model(randomized_light_model(name, str(tmp_path / f"{name}.onnx")))
+    executable = build(model, cpu_target)
+    calls = _calls(executable.as_text())
+    assert calls["vm.builtin.alloc_tensor"] <= calls["vm.builtin.alloc_storage"] + calls["vm.builtin.reshape"]
+    check = verify(relax_vm(executable, tvm.cpu()), model, tvm.cpu(), threads=2)
+    assert check.ok and check.max_rel_err < 1e-4, check
