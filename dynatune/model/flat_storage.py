@@ -51,11 +51,12 @@ def flatten_planned_tensors(mod):
     mod = relax.transform.CanonicalizeBindings()(mod)  # (no ``y = x`` aliases between a view and its users)
     main = mod["main"]
     storages, views = _storages_and_views(main)
-    params = _flat_params(mod, main, views)
+    calls = dict(_kernel_calls(mod, main))  # binding variable -> its kernel call
+    params = _flat_params(mod, main, calls, views)
     if not params:
         return mod
     flats = {}  # (storage, dtype) -> the flat tensor's variable
-    for _binding, call in _kernel_calls(mod, main):
+    for call in calls.values():
         for i, arg in enumerate(call.args):
             view = views[arg] if (call.op, i) in params else None
             if view is not None and (view.storage, view.dtype) not in flats:
@@ -67,12 +68,12 @@ def flatten_planned_tensors(mod):
         builder.update_func(
             gv, _kernel_on_flat_params(mod[gv], sorted(i for g, i in params if g.same_as(gv)))
         )
-    builder.update_func(mod.get_global_var("main"), _main_on_flats(mod, main, views, params, flats))
+    builder.update_func(mod.get_global_var("main"), _main_on_flats(main, calls, views, params, flats))
     return builder.get()
 
 
 def _kernel_calls(mod, main):
-    """(binding, call) for each call of a TIR kernel in ``main``."""
+    """(binding variable, call) for each call of a TIR kernel in ``main``."""
     from tvm import relax, tirx
 
     for block in main.body.blocks:
@@ -80,7 +81,7 @@ def _kernel_calls(mod, main):
             value = getattr(b, "value", None)
             if isinstance(b, relax.VarBinding) and isinstance(value, relax.Call):
                 if isinstance(value.op, relax.GlobalVar) and isinstance(mod[value.op], tirx.PrimFunc):
-                    yield b, value
+                    yield b.var, value
 
 
 def _storages_and_views(main) -> tuple[dict, dict]:
@@ -119,16 +120,16 @@ def _int(expr) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _flat_params(mod, main, views: dict) -> set:
+def _flat_params(mod, main, calls: dict, views: dict) -> set:
     """(kernel, position) of every kernel parameter that receives, at every call of the kernel (in ``main``,
     the only function that calls it), a planned view of its own type that nothing but such parameters reads:
     each such view is gone once its kernels take the storage flat (a view that something else reads, such as
     the model's output, would stay, and its storage's flat tensor would be one object more, not one less)."""
     sites: dict = {}  # (kernel, position) -> the arguments given there
-    for _binding, call in _kernel_calls(mod, main):
+    for call in calls.values():
         for i, arg in enumerate(call.args):
             sites.setdefault((call.op, i), []).append(arg)
-    read_elsewhere = _read_outside_kernel_calls(mod, main)
+    read_elsewhere = _read_outside_kernel_calls(main, calls)
     elsewhere = _called_outside_main(mod)
 
     def fits(gv, i, arg) -> bool:
@@ -148,11 +149,10 @@ def _flat_params(mod, main, views: dict) -> set:
         params = smaller
 
 
-def _read_outside_kernel_calls(mod, main) -> set:
+def _read_outside_kernel_calls(main, calls: dict) -> set:
     """The variables ``main`` reads other than as a kernel call's argument (returned, reshaped, ...)."""
     from tvm import relax
 
-    calls = {b.var for b, _call in _kernel_calls(mod, main)}
     read = set()
 
     def note(expr):
@@ -205,16 +205,18 @@ def _kernel_on_flat_params(func, positions: list[int]):
     return tirx.PrimFunc(params, SeqStmt([*decls, body]), attrs=func.attrs)
 
 
-def _main_on_flats(mod, main, views: dict, params: set, flats: dict):
+def _main_on_flats(main, calls: dict, views: dict, params: set, flats: dict):
     """``main`` passing the flat tensors to the flattened parameters, each made right after its storage, and
-    without the views nothing reads any more."""
+    without the views given to them (nothing else reads those: :func:`_flat_params`)."""
     from tvm import relax
 
-    calls = {b.var: call for b, call in _kernel_calls(mod, main)}
+    flattened = {arg for call in calls.values() for i, arg in enumerate(call.args) if (call.op, i) in params}
     blocks = []
     for block in main.body.blocks:
         bindings = []
         for b in block.bindings:
+            if b.var in flattened:
+                continue
             call = calls.get(b.var)
             if call is not None:
                 args = [
@@ -232,26 +234,4 @@ def _main_on_flats(mod, main, views: dict, params: set, flats: dict):
                     bindings.append(relax.VarBinding(flat, alloc))
         blocks.append(type(block)(bindings))
     body = relax.SeqExpr(blocks, main.body.body)
-    func = relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs)
-    return _without_unread_views(func, views)
-
-
-def _without_unread_views(func, views: dict):
-    from tvm import relax
-
-    read = set()
-    for block in func.body.blocks:
-        for b in block.bindings:
-            relax.analysis.post_order_visit(
-                b.value, lambda e: read.add(e) if isinstance(e, relax.Var) else None
-            )
-    relax.analysis.post_order_visit(
-        func.body.body, lambda e: read.add(e) if isinstance(e, relax.Var) else None
-    )
-    blocks = [
-        type(block)([b for b in block.bindings if not (b.var in views and b.var not in read)])
-        for block in func.body.blocks
-    ]
-    return relax.Function(
-        func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure, func.attrs
-    )
+    return relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs)
