@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dynatune.model.placement import with_params_as_views
+
 
 @dataclass(frozen=True)
 class _View:
@@ -182,27 +184,16 @@ def _called_outside_main(mod) -> set:
 def _kernel_on_flat_params(func, positions: list[int]):
     """``func`` with each parameter at ``positions`` taken flat: ``(n,)`` of its type, ``n`` symbolic, and the
     tensor it was declared over the same data inside."""
-    import tvm_ffi
     from tvm import tirx
-    from tvm.tirx.stmt import DeclBuffer, SeqStmt
 
-    params, decls, replace = list(func.params), [], {}
+    replaced = {}
     for i in positions:
-        old = params[i]
+        old = func.params[i]
         index_type = old.shape[0].ty if old.shape and hasattr(old.shape[0], "ty") else "int64"
         flat = tirx.decl_buffer([tirx.Var(f"{old.name}_n", index_type)], old.dtype, name=old.name)
         view = tirx.decl_buffer(old.shape, old.dtype, name=f"{old.name}_in_storage", data=flat.data)
-        params[i], replace[old] = flat, view
-        decls.append(DeclBuffer(view, data=flat.data))
-
-    def to_view(value, mutator):
-        for old, view in replace.items():
-            if value.same_as(old):
-                return view
-        return mutator.default_mutate(value)
-
-    body = tvm_ffi.structural_mutate(func.body, [(type(params[positions[0]]), to_view)])
-    return tirx.PrimFunc(params, SeqStmt([*decls, body]), attrs=func.attrs)
+        replaced[i] = (flat, view)
+    return with_params_as_views(func, replaced)
 
 
 def _main_on_flats(main, calls: dict, views: dict, params: set, flats: dict):

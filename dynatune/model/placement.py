@@ -207,9 +207,7 @@ def _single_tensor(var) -> bool:
 def into_slice(func, full_shape, axis: int, offset: int):
     """``func`` (output last) writing its output into ``[..., offset:offset + n, ...]`` (on ``axis``) of a
     tensor of ``full_shape``, which becomes its last parameter."""
-    import tvm_ffi
     from tvm import tirx
-    from tvm.tirx.stmt import DeclBuffer, SeqStmt
 
     old = func.params[-1]
     dims = [int(d) for d in full_shape]
@@ -225,14 +223,32 @@ def into_slice(func, full_shape, axis: int, offset: int):
         strides=strides,
         elem_offset=tirx.IntImm(index_type, offset * _prod(dims[axis + 1 :])),
     )
+    return with_params_as_views(func, {len(func.params) - 1: (full, view)})
+
+
+def with_params_as_views(func, replaced: dict):
+    """``func`` with the parameter at each position of ``replaced`` (position -> (new parameter, view)) taken
+    as its new parameter, and the tensor it was declared inside as the view, over the new parameter's data:
+    the body reads and writes the view, its loops and schedule unchanged. (Concatenations by placement; the
+    flat storages of :mod:`dynatune.model.flat_storage`.)"""
+    import tvm_ffi
+    from tvm import tirx
+    from tvm.tirx.stmt import DeclBuffer, SeqStmt
+
+    params, views = list(func.params), {}
+    for i, (new, view) in replaced.items():
+        views[params[i]] = view
+        params[i] = new
 
     def to_view(value, mutator):
-        return view if value.same_as(old) else mutator.default_mutate(value)
+        for old, view in views.items():
+            if value.same_as(old):
+                return view
+        return mutator.default_mutate(value)
 
-    body = tvm_ffi.structural_mutate(func.body, [(type(old), to_view)])
-    return tirx.PrimFunc(
-        [*func.params[:-1], full], SeqStmt([DeclBuffer(view, data=full.data), body]), attrs=func.attrs
-    )
+    body = tvm_ffi.structural_mutate(func.body, [(type(func.params[0]), to_view)])
+    decls = [DeclBuffer(view, data=params[i].data) for i, (_new, view) in replaced.items()]
+    return tirx.PrimFunc(params, SeqStmt([*decls, body]), attrs=func.attrs)
 
 
 def _prod(xs) -> int:
