@@ -15,15 +15,18 @@ are timed from the end of the ``before`` callback to the start of the ``after`` 
 ``vm.builtin.null_value`` (which does nothing); that still counts the conversion of their arguments to
 Python objects, so their time is an upper bound. The model is also timed without the instrument, and
 each task's best schedule is re-timed alone, in the same rounds (so all three see the same machine).
-The model and the tasks alone are timed as the compile report and tuning time them: the mean over a
-block of runs, and here the median over rounds. A call's time in the model is the median over runs of
-its total per run: robust to the interruptions a shared machine brings (a mean would charge a whole
-time slice to whichever call was running); those interruptions land in the time between calls.
+The model is timed as the compile report times it: the mean over a block of runs, and here the median
+over rounds. A task alone is timed twice: warm, as tuning times it (a block of runs on data in cache:
+what its % of the peak reads), and cold, as the model runs it (single runs, every argument but the
+input flushed from the caches before each: what the estimate adds up; issue #55). A call's time in the
+model is the median over runs of its total per run: robust to the interruptions a shared machine
+brings (a mean would charge a whole time slice to whichever call was running); those interruptions land
+in the time between calls.
 
 The model time splits exactly into: kernels of tasks + calls no task stands for + time between calls
-(the remainder); and its gap to the estimate (sum of weight x alone latency) into: kernels slower or
-faster in the model than alone (cold caches, weight layout), tasks the model never calls, calls no task
-stands for, and time between calls.
+(the remainder); and its gap to the estimate (sum of weight x latency alone, cold) into: kernels slower
+or faster in the model than alone, tasks the model never calls, calls no task stands for, and time
+between calls.
 """
 
 from __future__ import annotations
@@ -55,20 +58,27 @@ class KernelRow:
     calls: int
     in_model_ms: float
     weight: int | None = None
-    alone_ms: float | None = None  # one call of the task's best schedule, alone
+    alone_ms: float | None = None  # one call of the task's best schedule, alone, warm (as tuning times it)
     flops: float | None = None  # per call
     onnxruntime_op_ms: float | None = None  # ONNX Runtime's kernel for the same operator, in its model
     bytes: float | None = None  # per call: its compulsory traffic (each argument once)
     roofline: Roofline | None = field(default=None, repr=False)  # this machine's, for "% of peak/roof"
+    cold_ms: float | None = None  # one call alone, cold: its arguments but the input flushed from the caches
 
     @property
     def alone_total_ms(self) -> float | None:
         return None if self.alone_ms is None else self.alone_ms * self.weight
 
+    @property
+    def cold_total_ms(self) -> float | None:
+        """What the estimate counts for it: weight x its time alone, cold."""
+        return None if self.cold_ms is None else self.cold_ms * self.weight
+
     def as_dict(self) -> dict:
         d, roof = asdict(self), self.roofline
         del d["roofline"]
         d["alone_total_ms"] = self.alone_total_ms
+        d["cold_total_ms"] = self.cold_total_ms
         d["gflops_in_model"] = _gflops(self.flops, self.in_model_ms / max(self.calls, 1))
         d["gflops_alone"] = _gflops(self.flops, self.alone_ms)
         # a task with no reduction has no FLOPs (dynatune.model.flops): its roof is its bytes
@@ -188,21 +198,27 @@ def profile_model(
     inputs = model.random_inputs(seed)
     plain, instrumented = make_vm(executable_or_path, dev), make_vm(executable_or_path, dev)
     model_block = vm_block_timer(plain, inputs, dev, block_ms)
-    timers = TaskTimers(session.target, dev, task_block_ms).timers(session.tasks, session.compile_database())
+    kernels_alone = TaskTimers(session.target, dev, task_block_ms).kernels(
+        session.tasks, session.compile_database()
+    )
     onnxruntime = OnnxRuntimeProfile(model, usable_cores(), block_ms)
-    model_ms, runs, alone = [], [], defaultdict(list)
+    model_ms, runs, alone, cold = [], [], defaultdict(list), defaultdict(list)
     quiet_or_wait(usable_cores(), quiet)
     load = LoadProbe()
     for _ in range(rounds):  # the model, its calls and the tasks alone, all in each round
         model_ms.append(model_block())
         new_runs, kernels = profile_calls(instrumented, model, inputs, dev, block_ms)
         runs += new_runs
-        for i, f in timers.items():
-            alone[i].append(f())
+        for i, k in kernels_alone.items():
+            alone[i].append(k.warm())
+            cold[i].append(k.cold())
         onnxruntime.run_block()
     during = load.stop()
     alone_ms = {i: float(np.median(v)) for i, v in alone.items()}
-    prof = summarize(model_ms, runs, kernels, alone_ms, session, onnxruntime.op_ms(session.tasks), roofline)
+    cold_ms = {i: float(np.median(v)) for i, v in cold.items()}
+    prof = summarize(
+        model_ms, runs, kernels, alone_ms, session, onnxruntime.op_ms(session.tasks), roofline, cold_ms
+    )
     return prof | {"load_cores": during.busy_cores, "under_load": quiet.busy(during, usable_cores())}
 
 
@@ -223,9 +239,12 @@ def summarize(
     session,
     onnxruntime_op_ms: dict[int, float] | None = None,
     roofline: Roofline | None = None,
+    cold_ms: dict[int, float] | None = None,
 ) -> dict:
     """Split the model time into kernels, calls no task stands for and time between calls; and its gap
-    to the estimate (sum of weight x alone latency) into what causes it."""
+    to the estimate (sum of weight x latency alone, cold: ``cold_ms``; warm, ``alone_ms``, where no cold
+    time is given) into what causes it."""
+    cold_ms = cold_ms or alone_ms
     overhead = instrument_overhead_s(runs)
     by_name = {t.name: t for t in session.tasks}
     rows = []
@@ -246,6 +265,7 @@ def summarize(
                 (onnxruntime_op_ms or {}).get(t.index) if t else None,
                 compulsory_bytes(t.mod) if t else None,
                 roofline,
+                cold_ms.get(t.index) if t else None,
             )
         )
     rows.sort(key=lambda r: -r.in_model_ms)
@@ -255,10 +275,10 @@ def summarize(
     matched = [r for r in rows if r.task is not None]
     kernel_ms = sum(r.in_model_ms for r in matched)
     unmatched_ms = sum(r.in_model_ms for r in rows if r.task is None)
-    estimate = kernels_alone_ms(session.tasks, alone_ms)
+    estimate = kernels_alone_ms(session.tasks, cold_ms)
     gap = {
-        "in_model_vs_alone_ms": sum(r.in_model_ms - r.alone_total_ms for r in matched),
-        "tasks_not_called_ms": -kernels_alone_ms(absent, alone_ms),
+        "in_model_vs_alone_ms": sum(r.in_model_ms - r.cold_total_ms for r in matched),
+        "tasks_not_called_ms": -kernels_alone_ms(absent, cold_ms),
         "calls_without_task_ms": unmatched_ms,
         "between_calls_ms": model - kernel_ms - unmatched_ms,
     }
@@ -273,12 +293,19 @@ def summarize(
         "between_calls_ms": gap["between_calls_ms"],
         "estimate_ms": estimate,
         "estimate_over_model": estimate / model if model > 0 else None,
+        "warm_estimate_ms": kernels_alone_ms(session.tasks, alone_ms),  # the kernels as tuning times them
         "session_estimate_ms": session.estimated_latency() * 1e3,
         "gap_ms": model - estimate,
         "gap": gap,  # the parts of gap sum to model_ms - estimate_ms
         "kernels": [r.as_dict() for r in rows],
         "tasks_not_called": [
-            {"task": t.index, "name": t.name, "weight": t.weight, "alone_ms": alone_ms[t.index]}
+            {
+                "task": t.index,
+                "name": t.name,
+                "weight": t.weight,
+                "alone_ms": alone_ms[t.index],
+                "cold_ms": cold_ms[t.index],
+            }
             for t in absent
         ],
     }
@@ -324,8 +351,10 @@ def markdown(prof: dict, top: int = 25) -> str:
         "# Where the time goes",
         "",
         f"Model {model:.3f} ms (median of {len(prof['model_ms_rounds'])} rounds, no instrument); estimate "
-        f"(sum of weight x task alone, re-timed in the same rounds) {prof['estimate_ms']:.3f} ms = "
-        f"{_pct(prof['estimate_ms'], model)} of the model; the session's estimate "
+        f"(sum of weight x task alone, cold: its weights flushed from the caches, as the model runs it; "
+        f"re-timed in the same rounds) {prof['estimate_ms']:.3f} ms = "
+        f"{_pct(prof['estimate_ms'], model)} of the model. The same kernels warm (looped on data in cache, "
+        f"as tuning times them): {_opt_ms(prof.get('warm_estimate_ms'))}; the session's estimate "
         f"{prof['session_estimate_ms']:.3f} ms.",
         "",
         "| model time | ms | share |",
@@ -337,7 +366,7 @@ def markdown(prof: dict, top: int = 25) -> str:
         "",
         "| model - estimate | ms |",
         "|---|---:|",
-        f"| kernels in the model vs alone | {g['in_model_vs_alone_ms']:+.3f} |",
+        f"| kernels in the model vs alone, cold | {g['in_model_vs_alone_ms']:+.3f} |",
         f"| tasks the model never calls | {g['tasks_not_called_ms']:+.3f} |",
         f"| calls no task stands for | {g['calls_without_task_ms']:+.3f} |",
         f"| between calls | {g['between_calls_ms']:+.3f} |",
@@ -352,10 +381,10 @@ def markdown(prof: dict, top: int = 25) -> str:
         "bandwidth, whichever is longer (compute- or memory-bound); a memory-bound kernel whose data "
         "stays in the caches passes it.",
         "",
-        "| kernel | task | calls | in model ms | share | alone ms x weight | in model / alone "
-        "| GFLOP/s in model | % of peak alone | % of roof alone (bound by) | ONNX Runtime op ms "
-        "| alone / ONNX Runtime op |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| kernel | task | calls | in model ms | share | alone ms x weight | cold ms x weight "
+        "| in model / cold | GFLOP/s in model | % of peak alone | % of roof alone (bound by) "
+        "| ONNX Runtime op ms | alone / ONNX Runtime op |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [_kernel_line(k, model) for k in prof["kernels"][:top]]
     if len(prof["kernels"]) > top:
@@ -363,13 +392,16 @@ def markdown(prof: dict, top: int = 25) -> str:
     if prof.get("under_load"):
         lines += ["", f"Taken under load: other work took {prof['load_cores']:.2f} cores while profiling."]
     if prof["tasks_not_called"]:
-        never = [f"{t['name']} ({t['weight']} x {t['alone_ms']:.4f} ms)" for t in prof["tasks_not_called"]]
+        never = [
+            f"{t['name']} ({t['weight']} x {t.get('cold_ms', t['alone_ms']):.4f} ms)"
+            for t in prof["tasks_not_called"]
+        ]
         lines += ["", "Tasks the model never calls (in the estimate only): " + ", ".join(never)]
     return "\n".join(lines) + "\n"
 
 
 def _kernel_line(k: dict, model_ms: float) -> str:
-    alone = k["alone_total_ms"]
+    alone, cold = k["alone_total_ms"], k.get("cold_total_ms")
     cells = [
         k["name"],
         _opt(k["task"]),
@@ -377,7 +409,8 @@ def _kernel_line(k: dict, model_ms: float) -> str:
         f"{k['in_model_ms']:.4f}",
         _pct(k["in_model_ms"], model_ms),
         "-" if alone is None else f"{alone:.4f} ({k['weight']}x)",
-        f"{k['in_model_ms'] / alone:.2f}" if alone else "-",
+        "-" if cold is None else f"{cold:.4f}",
+        f"{k['in_model_ms'] / cold:.2f}" if cold else "-",
         "-" if k["gflops_in_model"] is None else f"{k['gflops_in_model']:.1f}",
         "-" if k.get("pct_of_peak_alone") is None else f"{k['pct_of_peak_alone']:.0f}%",
         "-" if k.get("pct_of_roof_alone") is None else f"{k['pct_of_roof_alone']:.0f}% ({k['bound_by']})",
@@ -393,6 +426,10 @@ def _gflops(flops, ms):
 
 def _pct(x: float, total: float) -> str:
     return f"{100 * x / total:.1f}%" if total else "-"
+
+
+def _opt_ms(x) -> str:
+    return "-" if x is None else f"{x:.3f} ms"
 
 
 def _opt(x) -> str:

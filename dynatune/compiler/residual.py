@@ -52,31 +52,43 @@ def best_schedule(task, database, target):
     return sch.mod if sch is not None else default_schedule(task.mod, target)
 
 
-def schedule_timer(mod, target, device, block_ms: float):
-    """Block timer of a scheduled task alone, compiled and measured as tuning measures candidates."""
-    from dynatune.search.builder import compile_scheduled
+class KernelAlone:
+    """A task's scheduled kernel, compiled once and timed alone: warm, as tuning measures candidates (a
+    block of runs on the same buffers, its data in cache), or cold, as the model runs it (single runs,
+    every argument but the input flushed from the caches before each:
+    :func:`dynatune.search.measure.cold_evaluator`)."""
 
-    rt = compile_scheduled(mod, target)
-    args = task_args(mod, device)
-    return block_timer(
-        lambda number, min_ms: rt.time_evaluator(
-            rt.entry_name, device, number=number, repeat=1, min_repeat_ms=min_ms
-        ),
-        args,
-        block_ms,
-    )
+    def __init__(self, mod, target, device, block_ms: float):
+        from dynatune.search.builder import compile_scheduled
+        from dynatune.search.measure import cold_time_evaluator
+
+        rt = compile_scheduled(mod, target)
+        self._args = task_args(mod, device)
+        self.warm = block_timer(
+            lambda number, min_ms: rt.time_evaluator(
+                rt.entry_name, device, number=number, repeat=1, min_repeat_ms=min_ms
+            ),
+            self._args,
+            block_ms,
+        )
+        self._cold = cold_time_evaluator(rt, device)
+
+    def cold(self) -> float:
+        """The median of a cold timing's runs (ms)."""
+        return float(np.median(self._cold(*self._args).results)) * 1e3
 
 
 class TaskTimers:
-    """Block timers of every task's best schedule alone, kept between calls: a task is compiled again only
-    when its best schedule changed (a periodic measurement rebuilds the few tasks tuned since the last)."""
+    """Every task's best schedule alone (:class:`KernelAlone`), kept between calls: a task is compiled again
+    only when its best schedule changed (a periodic measurement rebuilds the few tasks tuned since the
+    last)."""
 
     def __init__(self, target, device, block_ms: float = 20.0):
         self.target, self.device, self.block_ms = target, device, block_ms
-        self._built: dict[int, tuple[int, object]] = {}  # task index -> (schedule hash, timer)
+        self._built: dict[int, tuple[int, KernelAlone]] = {}  # task index -> (schedule hash, kernel)
         self.compiled = 0  # schedules compiled so far
 
-    def timers(self, tasks, database) -> dict[int, object]:
+    def kernels(self, tasks, database) -> dict[int, KernelAlone]:
         from tvm_ffi import structural_hash
 
         out = {}
@@ -84,10 +96,14 @@ class TaskTimers:
             mod = best_schedule(t, database, self.target)
             key = structural_hash(mod)
             if t.index not in self._built or self._built[t.index][0] != key:
-                self._built[t.index] = (key, schedule_timer(mod, self.target, self.device, self.block_ms))
+                self._built[t.index] = (key, KernelAlone(mod, self.target, self.device, self.block_ms))
                 self.compiled += 1
             out[t.index] = self._built[t.index][1]
         return out
+
+    def timers(self, tasks, database) -> dict[int, object]:
+        """Each task's warm block timer (ms per run)."""
+        return {i: k.warm for i, k in self.kernels(tasks, database).items()}
 
 
 @dataclass

@@ -19,11 +19,11 @@ computing the same convolution directly.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 
+from dynatune.files import atomic_write_json
 from dynatune.model.extract import Lowering, extract_tasks, fuse
 from dynatune.model.winograd import task_signature
 
@@ -62,6 +62,11 @@ class WinogradChoice:
     tasks: list = field(default_factory=list, repr=False)  # the compiled model's tasks (its lowering's)
     best_s: dict = field(default_factory=dict, repr=False)  # task key -> best seconds, for those tasks
 
+    def estimated_latency(self) -> float:
+        """Σ weight x best seconds over the compiled model's tasks."""
+        best = self.best_s
+        return sum(t.weight * best[t.key] for t in self.tasks if math.isfinite(best.get(t.key, math.inf)))
+
     def summary(self) -> str:
         kept = [d for d in self.duels if d.signature not in self.lowering.winograd_direct]
         parts = [
@@ -81,27 +86,9 @@ class WinogradChoice:
         }
 
     def write(self, report_dir: str) -> str:
-        path = os.path.join(report_dir, REPORT)
         os.makedirs(report_dir, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(self.as_dict(), f, indent=1)
+        atomic_write_json(path := os.path.join(report_dir, REPORT), self.as_dict())
         return path
-
-
-class CompiledTasks:
-    """What the profile (:mod:`dynatune.compiler.profile`) reads of a session, for a model compiled with
-    another lowering than its tasks were tuned with: the compiled model's tasks, the compile's database
-    and their estimate."""
-
-    def __init__(self, target, choice: WinogradChoice):
-        self.target, self.tasks, self._choice = target, choice.tasks, choice
-
-    def compile_database(self):
-        return self._choice.database
-
-    def estimated_latency(self) -> float:
-        best = self._choice.best_s
-        return sum(t.weight * best[t.key] for t in self.tasks if math.isfinite(best.get(t.key, math.inf)))
 
 
 def choose_winograd(model, session, lowering: Lowering, database, keep=None) -> WinogradChoice:

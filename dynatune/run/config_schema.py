@@ -57,6 +57,9 @@ class CompileSection(Section):
     measure_untuned: bool = True
     measure_onnxruntime: bool = True
     profile: bool = True  # per-kernel profile of the final model (report/profile.json, profile.md)
+    # CPU: each task's kernel chosen among its best few by their times cold, as the model runs them
+    # (compiler.cold_choice, report/cold_choice.json)
+    cold_choice: bool = True
     prepack: bool = Lowering.prepack  # CPU targets: tuned conv/dense/matmul kernels pick their weight layout
     conv_layout: OneOf(lambda: CONV_LAYOUTS) = Lowering.conv_layout  # auto: NHWC on CPU (model.layout)
     fast_math: bool = Lowering.fast_math  # CPU: exp/erf/tanh/sigmoid/softmax/GELU as vectorizable polynomials

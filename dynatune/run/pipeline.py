@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 
 from dynatune import __version__
+from dynatune.compiler import cold_choice
+from dynatune.compiler.compiled_tasks import CompiledTasks
 from dynatune.errors import DynatuneError
 from dynatune.files import WorkDir, atomic_write_json
 from dynatune.run.callbacks import CallbackList, RunStart, TaskRetired
@@ -222,6 +224,8 @@ class TuningRun:
         """Compile with the best schedules, verify against ONNX Runtime (the worker pools are stopped first:
         idle pools must not share the cores with the final timing)."""
         database, lowering = self.session.compile_database(), self.cfg.compile.lowering()
+        if self.cfg.compile.cold_choice and cold_choice.applies(self.target):
+            database = self._choose_cold(database)
         if lowering.winograds(self.target):
             database, lowering = self._choose_winograd(database, lowering)
         self.session.close_workers()
@@ -235,9 +239,21 @@ class TuningRun:
             lowering=lowering,
         )
 
+    def _choose_cold(self, database):
+        """Each task's kernel chosen among its best few as the model runs them (:mod:`.cold_choice`)."""
+        from dynatune.compiler.cold_choice import choose_cold
+
+        self.on_stage("cold choice")
+        choice = choose_cold(self.session, database)
+        choice.write(WorkDir(self.cfg.work_dir).report_dir)
+        self.on_stage("cold choice", choice.summary())
+        estimate = self.session.estimated_latency()
+        self._compiled_tasks = CompiledTasks(self.target, self.session.tasks, choice.database, estimate)
+        return choice.database
+
     def _choose_winograd(self, database, lowering):
         """Winograd kept only where its tuned kernel beats the direct one (:mod:`.winograd_choice`)."""
-        from dynatune.compiler.winograd_choice import CompiledTasks, choose_winograd
+        from dynatune.compiler.winograd_choice import choose_winograd
 
         self.on_stage("winograd choice")
         choice = choose_winograd(self.model, self.session, lowering, database)
@@ -245,7 +261,9 @@ class TuningRun:
         if choice.duels:
             self.on_stage("winograd choice", choice.summary())
         if choice.lowering.winograd_direct:  # the compiled model's tasks are not the session's
-            self._compiled_tasks = CompiledTasks(self.target, choice)
+            self._compiled_tasks = CompiledTasks(
+                self.target, choice.tasks, choice.database, choice.estimated_latency()
+            )
         return choice.database, choice.lowering
 
     def profile(self, artifact: str) -> dict:

@@ -19,6 +19,7 @@ timings with :func:`stop_reason`, so nothing beyond the timings has to cross the
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache, partial
 from statistics import NormalDist
 from typing import Annotated
@@ -193,7 +194,7 @@ def adaptive_evaluator(
     """
     evaluators = {}
     calibrated = {"number": None}
-    preproc = "cache_flush_cpu_non_first_arg" if evaluator_config.enable_cpu_cache_flush else ""
+    preproc = FLUSH_ALL_BUT_INPUT if evaluator_config.enable_cpu_cache_flush else ""
 
     def evaluator(k, number, min_ms):
         if (k, number, min_ms) not in evaluators:
@@ -229,6 +230,66 @@ def adaptive_evaluator(
     return adaptive_repeats(
         measure_batch, min_repeats, max_repeats, batch, rel_tol, race_factor, incumbent, quick_race_factor
     )
+
+
+FLUSH_ALL_BUT_INPUT = "cache_flush_cpu_non_first_arg"  # TVM's preprocessor: every argument but the first
+
+
+COLD_REPEATS = 10  # single cold runs per cold timing: their median is its time
+
+
+@dataclass(frozen=True)
+class ColdProtocol:
+    """Candidates timed cold (:func:`cold_evaluator`): ``passes`` passes over the batch, its order reversed
+    every other pass (a busy minute falls on every candidate alike, not on the first few), ``repeats``
+    single runs per candidate in each."""
+
+    repeats: int = COLD_REPEATS
+    passes: int = 3
+
+
+def merged_results(results: list):
+    """One RunnerResult of a candidate's results from several passes: every pass's timings, or the first
+    error."""
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    if len(results) == 1:
+        return results[0]
+    failed = next((r for r in results if r.error_msg is not None), None)
+    if failed is not None:
+        return failed
+    return RunnerResult([float(x) for r in results for x in r.run_secs], None)
+
+
+def cold_time_evaluator(rt_mod, device, repeats: int = COLD_REPEATS):
+    """TVM's ``time_evaluator`` timing a kernel as the model runs it (issue #55): one run per repeat,
+    every argument but the first (the input the previous kernel just wrote) flushed from the CPU caches
+    before it, so its weights come from memory."""
+    return rt_mod.time_evaluator(
+        func_name=rt_mod.entry_name,
+        dev=device,
+        number=1,
+        repeat=repeats,
+        min_repeat_ms=0,
+        f_preproc=FLUSH_ALL_BUT_INPUT,
+    )
+
+
+def cold_evaluator(rt_mod, device, evaluator_config, repeated_args, *, repeats):
+    """``f_run_evaluator`` timing each candidate cold (:func:`cold_time_evaluator`), ``repeats`` runs."""
+    del evaluator_config
+    f = cold_time_evaluator(rt_mod, device, repeats)
+    out = []
+    for args in repeated_args:
+        device.sync()
+        out.extend(f(*args).results)
+    return out
+
+
+def rpc_cold_evaluator(session, rt_mod, device, evaluator_config, repeated_args, **kwargs):
+    """:func:`cold_evaluator` for MetaSchedule's ``RPCRunner``."""
+    del session
+    return cold_evaluator(rt_mod, device, evaluator_config, repeated_args, **kwargs)
 
 
 def rpc_adaptive_evaluator(session, rt_mod, device, evaluator_config, repeated_args, **kwargs):
@@ -389,6 +450,12 @@ class Runner:
     def set_incumbent(self, incumbent_s: float | None) -> None:
         """Racing compares each candidate with the task's best latency so far."""
         self.inner.f_run_evaluator = evaluator_for(self.cfg, incumbent_s, rpc=self.rpc, f=self.evaluator)
+
+    def time_cold(self, repeats: int) -> None:
+        """The next run times each candidate cold (:func:`cold_evaluator`), ``repeats`` single runs; the
+        next :meth:`set_incumbent` restores the configured protocol."""
+        f = rpc_cold_evaluator if self.rpc else cold_evaluator
+        self.inner.f_run_evaluator = partial(f, repeats=repeats)
 
     def set_index_bounds(self, index_bounds: dict | None) -> None:
         """Valid indices for the next run's index arguments: ``{args_key: ((position, high), ...)}``

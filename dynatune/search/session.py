@@ -33,7 +33,7 @@ from dynatune.search.costmodel import cost_model_names
 from dynatune.search.database import JsonlWriter, TuningDatabase, mean_secs
 from dynatune.search.index_args import bounds_by_args, index_bounds
 from dynatune.search.layout_rewrite import REJECTED, finish_candidates
-from dynatune.search.measure import MeasureConfig, make_runner, t95
+from dynatune.search.measure import ColdProtocol, MeasureConfig, make_runner, merged_results, t95
 from dynatune.search.population import CarriedPopulation
 from dynatune.search.retirement import SEARCH_EXHAUSTED, RetirementPolicy
 from dynatune.search.sampled import sampled_candidates
@@ -505,11 +505,18 @@ class TuningSession:
         self.save_state()
         return res
 
-    def _build_and_run(self, cands, incumbent_s: float | None = None, tasks: list[Task] | None = None):
+    def _build_and_run(
+        self,
+        cands,
+        incumbent_s: float | None = None,
+        tasks: list[Task] | None = None,
+        cold: ColdProtocol | None = None,
+    ):
         """Build (in parallel) and measure candidates; one RunnerResult per candidate, in order. A ``None``
         candidate (one the layout rewrite rejected) fails as a build.
 
         ``tasks`` (the task of each candidate) lets the runner fill index arguments with valid indices.
+        ``cold``: each candidate is timed cold instead (:class:`dynatune.search.measure.ColdProtocol`).
         """
         from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult
         from tvm.s_tir.meta_schedule.runner import RunnerInput, RunnerResult
@@ -528,23 +535,30 @@ class TuningSession:
         dev = target_device(self.target)
         idx = [k for k, b in enumerate(built) if b.error_msg is None]
         self.runner.set_incumbent(incumbent_s)
+        if cold:
+            self.runner.time_cold(cold.repeats)
         self.runner.set_index_bounds(
             bounds_by_args(
                 (c.args_info, self.index_bounds(t)) for c, t in zip(cands, tasks or []) if c is not None
             )
         )
-        futures = self.runner.run([RunnerInput(built[k].artifact_path, dev, cands[k].args_info) for k in idx])
+        inputs = {k: RunnerInput(built[k].artifact_path, dev, cands[k].args_info) for k in idx}
         results = [RunnerResult(None, b.error_msg) for b in built]
-        for k, fut in zip(idx, futures):
-            results[k] = fut.result()
+        passes: dict[int, list] = {k: [] for k in idx}
+        for p in range(cold.passes if cold else 1):  # cold: the order reversed every other pass
+            order = idx if p % 2 == 0 else idx[::-1]
+            for k, fut in zip(order, self.runner.run([inputs[k] for k in order])):
+                passes[k].append(fut.result())
+        for k in idx:
+            results[k] = merged_results(passes[k])
         remove_artifacts(b.artifact_path for b in built)
         measure_s = time.perf_counter() - t0
         return results, build_s, measure_s
 
-    def time_candidates(self, cands, tasks: list[Task]) -> list:
-        """Build and time ``cands`` (one task each, ``tasks``) in one batch as tuning does, none raced out:
-        their RunnerResults, in order. They are not recorded."""
-        return self._build_and_run(cands, tasks=tasks)[0]
+    def time_candidates(self, cands, tasks: list[Task], cold: ColdProtocol | None = None) -> list:
+        """Build and time ``cands`` (one task each, ``tasks``) in one batch as tuning does, none raced out
+        (or cold: :meth:`_build_and_run`): their RunnerResults, in order. They are not recorded."""
+        return self._build_and_run(cands, tasks=tasks, cold=cold)[0]
 
     def measure_best(self, indices) -> dict[int, float]:
         """Each task's best schedule (as the compile applies it) measured again, all in one batch: ``{task

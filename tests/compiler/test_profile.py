@@ -141,16 +141,19 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny_model, tiny_tasks
     assert m > 0 and prof["kernel_ms"] > 0
     assert prof["kernel_ms"] + prof["calls_without_task_ms"] + prof["between_calls_ms"] == pytest.approx(m)
     assert sum(prof["gap"].values()) == pytest.approx(m - prof["estimate_ms"])
-    alone = {
-        k["task"]: k["alone_ms"] for k in prof["kernels"] + prof["tasks_not_called"] if k["task"] is not None
-    }
-    assert prof["estimate_ms"] == pytest.approx(sum(t.weight * alone[t.index] for t in tasks))
+    timed = [k for k in prof["kernels"] + prof["tasks_not_called"] if k["task"] is not None]
+    alone, cold = ({k["task"]: k[key] for k in timed} for key in ("alone_ms", "cold_ms"))
+    assert all(v > 0 for v in cold.values())
+    # the estimate adds up the kernels timed cold, as the model runs them; warm, as tuning times them
+    assert prof["estimate_ms"] == pytest.approx(sum(t.weight * cold[t.index] for t in tasks))
+    assert prof["warm_estimate_ms"] == pytest.approx(sum(t.weight * alone[t.index] for t in tasks))
     assert prof["estimate_over_model"] == pytest.approx(prof["estimate_ms"] / m)
     with open(tmp_path / "report" / "profile.json") as f:
         assert json.load(f)["model_ms"] == m
     md = (tmp_path / "report" / "profile.md").read_text()
     assert all(k["name"] in md for k in prof["kernels"]) and "between calls" in md
     assert "alone / ONNX Runtime op" in md and "% of peak alone" in md and "% of roof alone" in md
+    assert "in model / cold" in md and "cold ms x weight" in md
 
 
 def test_profile_vm_from_executable_in_memory(tiny_model, cpu_target):

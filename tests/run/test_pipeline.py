@@ -119,6 +119,10 @@ def test_compiled_library_loads_and_matches_onnxruntime(first_run):
     assert meta["measured"]["latency_ms"] == pytest.approx(s["latency_ms"])
     assert meta["measured"]["ratio_vs_onnxruntime"] == pytest.approx(s["ratio_vs_onnxruntime"])
     assert meta["threads"]["timed"] == s["threads"] and s["threads"] >= 1
+    # its kernels were chosen among each task's best few timed cold (compile.cold_choice, on by default)
+    cold = json.load(open(d / "work" / "report" / "cold_choice.json"))
+    assert cold["cold_protocol"]["passes"] >= 1
+    assert all(len(t["cold_s"]) >= 2 and 0 <= t["chosen"] < len(t["cold_s"]) for t in cold["tasks"])
 
 
 def test_rerun_continues_rounds(first_run):

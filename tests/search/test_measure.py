@@ -195,3 +195,15 @@ def test_fixed_protocol_uses_exactly_repeat(cpu_target, tmp_path):
     assert reps == 6 * ok and saved == 0
     reps, ok, saved = out[True]
     assert ok <= reps <= 12 * ok and saved == 12 * ok - reps
+
+
+def test_passes_of_a_cold_timing_merge_into_one_result():
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from dynatune.search.measure import merged_results
+
+    a, b = RunnerResult([1.0, 2.0], None), RunnerResult([3.0], None)
+    assert [float(x) for x in merged_results([a, b]).run_secs] == [1.0, 2.0, 3.0]
+    assert merged_results([a]) is a
+    failed = RunnerResult(None, "crashed")
+    assert merged_results([a, failed, b]).error_msg == "crashed"  # a pass that failed fails the candidate
