@@ -59,8 +59,8 @@ class ColdChoice:
     def summary(self) -> str:
         saved = sum(f.gain_s for f in self.finalists) * 1e3
         return (
-            f"cold choice: {len(self.changed)} of {len(self.finalists)} tasks timed cold took another "
-            f"kernel, {saved:.3f} ms a run less, cold"
+            f"{len(self.changed)} of {len(self.finalists)} tasks timed cold took another kernel: "
+            f"{saved:.3f} ms a run less, cold"
         )
 
     def as_dict(self) -> dict:
