@@ -111,7 +111,7 @@ class PeriodicMeasurement:
         )  # the residual: the model and its tasks alone, both TVM, in this process
         residual = measure_residual(
             vm_block_timer(vm, self.model.random_inputs(0), dev, 200.0),
-            self._timers.timers(session.tasks, database),
+            self._timers.timers(session.tasks, database, cold=session.measure.cpu_cache_flush),
             session.tasks,
             self.rounds,
         )

@@ -60,6 +60,10 @@ class MeasureConfig(Section):
     quick_race_factor: float = Field(3.0, gt=1)  # raced after one repeat when that repeat is this much slower
     adaptive_repeat_ms: int = Field(4, ge=0)  # each adaptive repeat loops the kernel for at least this long
     timeout_s: float = Field(30.0, gt=0)
+    # each repeat one run, every argument but the input flushed from the CPU caches before it: candidates
+    # timed cold, as the model runs them (cold_evaluator); false: repeats loop the kernel on data in cache.
+    # Tried as the search's measure on two models (5 min each, one seed): 0.948x the warm search's model on
+    # the EfficientNet-like one, 1.047x on mnasnet0_5 (BENCHMARKS.md, #55): not the default
     cpu_cache_flush: bool = False
     rpc: RpcConfig | None = None  # a device farm; a plain dict of the keys given
 
@@ -191,6 +195,8 @@ def adaptive_evaluator(
     ``repeat_ms`` given (adaptive): one probe run sizes the loop count so that a repeat lasts about
     ``repeat_ms``; every batch reuses that count and skips TVM's per-call calibration (which grows the
     count from 1 by x1.6 steps and throws those runs away: ~1.6 repeats' worth per call).
+    With the config's ``enable_cpu_cache_flush`` every repeat is the config's ``number`` of runs (1 by
+    default) after the flush, whatever ``repeat_ms`` and ``min_repeat_ms`` say: the kernel cold.
     """
     evaluators = {}
     calibrated = {"number": None}
@@ -216,6 +222,8 @@ def adaptive_evaluator(
         return out
 
     def measure_batch(k):
+        if preproc:  # cold: no loop to size, each repeat starts from flushed caches
+            return run(evaluator(k, evaluator_config.number, 0))
         if repeat_ms is None:
             return run(evaluator(k, evaluator_config.number, evaluator_config.min_repeat_ms))
         if calibrated["number"] is None:  # one probe run (after TVM's warm-up run) sizes every repeat

@@ -67,3 +67,5 @@ def test_task_timers_compile_a_task_again_only_when_its_best_schedule_changes(tm
     assert all(f() > 0 for f in first.values())
     again = timers.timers(tasks, None)  # same (default) schedules: nothing compiled, the same timers
     assert timers.compiled == len(tasks) and all(again[i] is first[i] for i in first)
+    cold = timers.timers(tasks, None, cold=True)  # the same kernels, timed cold: still nothing compiled
+    assert timers.compiled == len(tasks) and all(f() > 0 for f in cold.values())

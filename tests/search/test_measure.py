@@ -100,7 +100,7 @@ def test_clearly_slow_first_repeat_is_raced_after_one():
 
 def test_adaptive_evaluator_calibrates_the_loop_count_once():
     """TVM's time_evaluator re-calibrates in every call; the adaptive evaluator calibrates once."""
-    calls = []
+    calls, preprocs = [], set()
 
     class Result:
         def __init__(self, k):
@@ -111,6 +111,7 @@ def test_adaptive_evaluator_calibrates_the_loop_count_once():
 
         def time_evaluator(self, func_name, dev, number, repeat, min_repeat_ms, f_preproc):
             calls.append((number, repeat, min_repeat_ms))
+            preprocs.add(f_preproc)
             return lambda *args: Result(repeat)
 
     class Dev:
@@ -150,6 +151,24 @@ def test_adaptive_evaluator_calibrates_the_loop_count_once():
         incumbent=None,
     )
     assert len(xs) == 5 and calls == [(1, 5, 10)]
+    calls.clear()  # cold (measure.cpu_cache_flush): every repeat one run after the flush, nothing to size
+    preprocs.clear()
+    Cfg.enable_cpu_cache_flush = True
+    xs = adaptive_evaluator(
+        Mod(),
+        Dev(),
+        Cfg(),
+        [()],
+        min_repeats=3,
+        max_repeats=7,
+        batch=2,
+        rel_tol=1e-9,
+        race_factor=1.5,
+        incumbent=None,
+        repeat_ms=4.0,
+    )
+    assert len(xs) == 7 and calls == [(1, 3, 0), (1, 2, 0)]
+    assert preprocs == {"cache_flush_cpu_non_first_arg"}
 
 
 def test_t_quantiles():
