@@ -121,52 +121,19 @@ def test_adaptive_evaluator_calibrates_the_loop_count_once():
     class Cfg:
         number, min_repeat_ms, enable_cpu_cache_flush = 1, 10, False
 
-    xs = adaptive_evaluator(
-        Mod(),
-        Dev(),
-        Cfg(),
-        [()],
-        min_repeats=3,
-        max_repeats=7,
-        batch=2,
-        rel_tol=1e-9,
-        race_factor=1.5,
-        incumbent=None,
-        repeat_ms=4.0,
-    )
+    adaptive = dict(min_repeats=3, max_repeats=7, batch=2, rel_tol=1e-9, race_factor=1.5, repeat_ms=4.0)
+    xs = adaptive_evaluator(Mod(), Dev(), Cfg(), [()], incumbent=None, **adaptive)
     assert len(xs) == 7
     # one probe run of 0.2 ms sizes the repeats: 4 ms per repeat -> 20 runs, no calibration inside TVM
     assert calls == [(1, 1, 0), (20, 3, 0), (20, 2, 0)]  # each evaluator made once, reused by later batches
     calls.clear()  # the fixed protocol: one call, TVM's own calibration, exactly `repeat` repeats
-    xs = adaptive_evaluator(
-        Mod(),
-        Dev(),
-        Cfg(),
-        [()],
-        min_repeats=5,
-        max_repeats=5,
-        batch=5,
-        rel_tol=-1,
-        race_factor=math.inf,
-        incumbent=None,
-    )
+    fixed = dict(min_repeats=5, max_repeats=5, batch=5, rel_tol=-1, race_factor=math.inf)
+    xs = adaptive_evaluator(Mod(), Dev(), Cfg(), [()], incumbent=None, **fixed)
     assert len(xs) == 5 and calls == [(1, 5, 10)]
     calls.clear()  # cold (measure.cpu_cache_flush): every repeat one run after the flush, nothing to size
     preprocs.clear()
     Cfg.enable_cpu_cache_flush = True
-    xs = adaptive_evaluator(
-        Mod(),
-        Dev(),
-        Cfg(),
-        [()],
-        min_repeats=3,
-        max_repeats=7,
-        batch=2,
-        rel_tol=1e-9,
-        race_factor=1.5,
-        incumbent=None,
-        repeat_ms=4.0,
-    )
+    xs = adaptive_evaluator(Mod(), Dev(), Cfg(), [()], incumbent=None, **adaptive)
     assert len(xs) == 7 and calls == [(1, 3, 0), (1, 2, 0)]
     assert preprocs == {"cache_flush_cpu_non_first_arg"}
 
