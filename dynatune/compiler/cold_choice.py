@@ -56,11 +56,15 @@ class ColdChoice:
     def changed(self) -> list[Finalists]:
         return [f for f in self.finalists if f.chosen]
 
+    @property
+    def saved_ms(self) -> float:
+        """What the choice saves per model run, cold, over all tasks."""
+        return sum(f.gain_s for f in self.finalists) * 1e3
+
     def summary(self) -> str:
-        saved = sum(f.gain_s for f in self.finalists) * 1e3
         return (
             f"{len(self.changed)} of {len(self.finalists)} tasks timed cold took another kernel: "
-            f"{saved:.3f} ms a run less, cold"
+            f"{self.saved_ms:.3f} ms a run less, cold"
         )
 
     def as_dict(self) -> dict:
@@ -69,7 +73,7 @@ class ColdChoice:
             "within": WITHIN,
             "cold_protocol": asdict(self.protocol),
             "tie": TIE,
-            "saved_ms": sum(f.gain_s for f in self.finalists) * 1e3,
+            "saved_ms": self.saved_ms,
             "tasks": [
                 asdict(f) | {"warm_s": _finite(f.warm_s), "cold_s": _finite(f.cold_s)} for f in self.finalists
             ],

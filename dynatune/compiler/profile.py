@@ -217,7 +217,7 @@ def profile_model(
     alone_ms = {i: float(np.median(v)) for i, v in alone.items()}
     cold_ms = {i: float(np.median(v)) for i, v in cold.items()}
     prof = summarize(
-        model_ms, runs, kernels, alone_ms, session, onnxruntime.op_ms(session.tasks), roofline, cold_ms
+        model_ms, runs, kernels, alone_ms, cold_ms, session, onnxruntime.op_ms(session.tasks), roofline
     )
     return prof | {"load_cores": during.busy_cores, "under_load": quiet.busy(during, usable_cores())}
 
@@ -236,15 +236,13 @@ def summarize(
     runs: list[dict],
     kernels: set[str],
     alone_ms: dict[int, float],
+    cold_ms: dict[int, float],
     session,
     onnxruntime_op_ms: dict[int, float] | None = None,
     roofline: Roofline | None = None,
-    cold_ms: dict[int, float] | None = None,
 ) -> dict:
     """Split the model time into kernels, calls no task stands for and time between calls; and its gap
-    to the estimate (sum of weight x latency alone, cold: ``cold_ms``; warm, ``alone_ms``, where no cold
-    time is given) into what causes it."""
-    cold_ms = cold_ms or alone_ms
+    to the estimate (sum of weight x latency alone, cold: ``cold_ms``) into what causes it."""
     overhead = instrument_overhead_s(runs)
     by_name = {t.name: t for t in session.tasks}
     rows = []
@@ -354,7 +352,7 @@ def markdown(prof: dict, top: int = 25) -> str:
         f"(sum of weight x task alone, cold: its weights flushed from the caches, as the model runs it; "
         f"re-timed in the same rounds) {prof['estimate_ms']:.3f} ms = "
         f"{_pct(prof['estimate_ms'], model)} of the model. The same kernels warm (looped on data in cache, "
-        f"as tuning times them): {_opt_ms(prof.get('warm_estimate_ms'))}; the session's estimate "
+        f"as tuning times them): {prof['warm_estimate_ms']:.3f} ms; the session's estimate "
         f"{prof['session_estimate_ms']:.3f} ms.",
         "",
         "| model time | ms | share |",
@@ -392,16 +390,13 @@ def markdown(prof: dict, top: int = 25) -> str:
     if prof.get("under_load"):
         lines += ["", f"Taken under load: other work took {prof['load_cores']:.2f} cores while profiling."]
     if prof["tasks_not_called"]:
-        never = [
-            f"{t['name']} ({t['weight']} x {t.get('cold_ms', t['alone_ms']):.4f} ms)"
-            for t in prof["tasks_not_called"]
-        ]
+        never = [f"{t['name']} ({t['weight']} x {t['cold_ms']:.4f} ms)" for t in prof["tasks_not_called"]]
         lines += ["", "Tasks the model never calls (in the estimate only): " + ", ".join(never)]
     return "\n".join(lines) + "\n"
 
 
 def _kernel_line(k: dict, model_ms: float) -> str:
-    alone, cold = k["alone_total_ms"], k.get("cold_total_ms")
+    alone, cold = k["alone_total_ms"], k["cold_total_ms"]
     cells = [
         k["name"],
         _opt(k["task"]),
@@ -426,10 +421,6 @@ def _gflops(flops, ms):
 
 def _pct(x: float, total: float) -> str:
     return f"{100 * x / total:.1f}%" if total else "-"
-
-
-def _opt_ms(x) -> str:
-    return "-" if x is None else f"{x:.3f} ms"
 
 
 def _opt(x) -> str:

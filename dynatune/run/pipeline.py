@@ -241,10 +241,8 @@ class TuningRun:
 
     def _choose_cold(self, database):
         """Each task's kernel chosen among its best few as the model runs them (:mod:`.cold_choice`)."""
-        from dynatune.compiler.cold_choice import choose_cold
-
         self.on_stage("cold choice")
-        choice = choose_cold(self.session, database)
+        choice = cold_choice.choose_cold(self.session, database)
         choice.write(WorkDir(self.cfg.work_dir).report_dir)
         self.on_stage("cold choice", choice.summary())
         estimate = self.session.estimated_latency()

@@ -173,6 +173,15 @@ def adaptive_repeats(
 
 
 # -- runner-side evaluators ---------------------------------------------------------------------
+def evaluator_timings(f, device, repeated_args) -> list[float]:
+    """Every timing of a ``time_evaluator`` ``f`` over each set of arguments, the device synced first."""
+    out = []
+    for args in repeated_args:
+        device.sync()
+        out.extend(f(*args).results)
+    return out
+
+
 def adaptive_evaluator(
     rt_mod,
     device,
@@ -215,11 +224,7 @@ def adaptive_evaluator(
         return evaluators[k, number, min_ms]
 
     def run(f):
-        out = []
-        for args in repeated_args:
-            device.sync()
-            out.extend(f(*args).results)
-        return out
+        return evaluator_timings(f, device, repeated_args)
 
     def measure_batch(k):
         if preproc:  # cold: no loop to size, each repeat starts from flushed caches
@@ -286,12 +291,7 @@ def cold_time_evaluator(rt_mod, device, repeats: int = COLD_REPEATS):
 def cold_evaluator(rt_mod, device, evaluator_config, repeated_args, *, repeats):
     """``f_run_evaluator`` timing each candidate cold (:func:`cold_time_evaluator`), ``repeats`` runs."""
     del evaluator_config
-    f = cold_time_evaluator(rt_mod, device, repeats)
-    out = []
-    for args in repeated_args:
-        device.sync()
-        out.extend(f(*args).results)
-    return out
+    return evaluator_timings(cold_time_evaluator(rt_mod, device, repeats), device, repeated_args)
 
 
 def rpc_cold_evaluator(session, rt_mod, device, evaluator_config, repeated_args, **kwargs):
