@@ -66,6 +66,9 @@ class Lowering:
     # CPU targets, NHWC: a convolution's output channels padded to whole register blocks where a global
     # pooling follows, or sliced back inside its own kernel (dynatune.model.channel_padding)
     pad_channels: bool = True
+    # CPU targets: a reduction over every axis but the innermost (a global pooling in NHWC) is scheduled as
+    # a vector loop over that axis (dynatune.model.outer_reduction)
+    outer_reduction: bool = True
     # CPU targets, NHWC: a convolution of the model's NCHW input reads it as it lies, with no transpose
     # kernel before it (dynatune.model.input_layout)
     read_input: bool = True
@@ -90,6 +93,11 @@ class Lowering:
         """Whether kernels take their planned storages flat for ``target``: as asked on CPU targets, never on
         GPU targets (not tried there)."""
         return bool(self.flat_storage) and not _is_gpu(target)
+
+    def marks_outer_reductions(self, target) -> bool:
+        """Whether outer reductions get their own schedule rule on ``target``: as asked on CPU targets (the
+        rule is registered for the ``cpu`` key), never on GPU targets."""
+        return bool(self.outer_reduction) and not _is_gpu(target)
 
     def winograds(self, target) -> bool:
         """Whether eligible convolutions are lowered as Winograd for ``target``: as asked on CPU targets whose
@@ -128,7 +136,7 @@ class Lowering:
             f"prepack={self.prepacks(target)}|conv_layout={resolve_conv_layout(target, self.conv_layout)}"
             f"|fast_math={self.fast_maths(target)}|place_concat={self.places_concats(target)}"
             f"|winograd={self.winograds(target)}|pad_channels={self._padding(target)}"
-            f"|read_input={self.reads_input(target)}"
+            f"|read_input={self.reads_input(target)}|outer_reduction={self.marks_outer_reductions(target)}"
             + (
                 f"|winograd_direct={','.join(self.winograd_direct)}"
                 if self.winograds(target) and self.winograd_direct
@@ -211,8 +219,12 @@ def fuse_passes(target, lowering: Lowering = Lowering()):
     ]
     if lowering.fast_maths(target):
         passes.append(fast_math_pass())
+    passes.append(relax.transform.LegalizeOps(customize_legalize_map=_conv_legalize(target, lowering)))
+    if lowering.marks_outer_reductions(target):
+        from dynatune.model.outer_reduction import mark_pass
+
+        passes.append(mark_pass())
     passes += [
-        relax.transform.LegalizeOps(customize_legalize_map=_conv_legalize(target, lowering)),
         relax.transform.AnnotateTIROpPattern(),
         *fold_constants_passes(),
         relax.transform.FuseOps(),

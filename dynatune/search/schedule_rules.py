@@ -10,7 +10,8 @@ schedule the block. Nothing is wrong and a user can do nothing about it.
 
 :func:`quiet_missing_rules` registers, for each rule a task names that TVM has for none of the target's
 keys, a function that does exactly that fallback (remove the annotation, keep the schedule), so the
-design space is the same and the message is gone. A rule TVM has is never replaced.
+design space is the same and the message is gone. A rule TVM has is never replaced, nor dynatune's own
+(:mod:`dynatune.model.outer_reduction`), which it registers first.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def quiet_missing_rules(mod, target) -> list[str]:
     now (a rule registered before, by TVM or by an earlier call, is not registered again)."""
     import tvm
 
+    from dynatune.model.outer_reduction import register_rule
+
+    register_rule()  # dynatune's own rule: never replaced by the fallback
     keys = [str(k) for k in target.keys]
     added = []
     for rule in sorted(named_rules(mod)) if keys else []:

@@ -30,8 +30,10 @@ def search_space(mod, target, unroll_steps=UNROLL_STEPS, defer_layout_rewrite: b
     second item holds (:mod:`dynatune.search.layout_rewrite`); else nothing is deferred."""
     from tvm.s_tir import meta_schedule as ms
 
+    from dynatune.model.outer_reduction import register_rule
     from dynatune.search.layout_rewrite import split_postprocs
 
+    register_rule()  # the custom rule a marked block names (model.outer_reduction)
     defaults = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", num_threads=1)
     rules = defaults.space_generator.sch_rules
     if any(tiles_a_block(space) for space in defaults.generate_design_space()):
