@@ -73,8 +73,8 @@ class CompileSection(Section):
     pad_channels: bool = Lowering.pad_channels
     # CPU, NHWC: a convolution of the model's NCHW input reads it as it lies: no transpose kernel before it
     read_input: bool = Lowering.read_input
-    # CPU: a reduction over every axis but the innermost (a global pooling in NHWC) tuned as a vector loop over
-    # that axis, by its own schedule rule (model.outer_reduction); changes its key
+    # CPU: a reduction over every axis but the innermost (a global pooling in NHWC) tuned as a vector loop
+    # over that axis, by its own schedule rule (model.outer_reduction); changes its key
     outer_reduction: bool = Lowering.outer_reduction
     # a timing against ONNX Runtime on a busy machine is tried this many times, timing_wait_s apart, before
     # it is kept as taken under load (dynatune.machine.load)

@@ -12,7 +12,7 @@ from dynatune.model.outer_reduction import RULE, mark, outer_reduction_space, re
 
 
 def _func(shape, reduce, axis):
-    from tvm import te, topi
+    from tvm import te
 
     x = te.placeholder(shape, "float32", name="x")
     return te.create_prim_func([x, reduce(x, axis=axis, keepdims=True)])
