@@ -11,17 +11,21 @@ loads ``C`` floats apart. On the EfficientNet-like model's 112x112x32 mean the b
 The lowering marks each such block (:func:`mark_pass`: a sum, max or min over every axis but the innermost,
 whose other axes are 1, over at least :data:`MIN_REDUCED` elements) with the block annotation
 ``schedule_rule: dynatune_outer_reduction``. MetaSchedule's ``ApplyCustomRule`` then builds the block's
-design space with :func:`outer_reduction_space` alone (registered for the ``cpu`` target key by
-:func:`register_rule`):
+design spaces with :func:`outer_reduction_space` alone (registered for the ``cpu`` target key by
+:func:`register_rule`). In both, the innermost axis is a vector loop *inside* the reduction: each step loads
+whole vectors of consecutive channels, as the data lies in memory, and adds them to running sums.
 
-- the reduction axes fused and split into ``parts`` contiguous slices (``RFactor``), each summed by one
-  parallel job into its own row of partial sums;
-- the innermost axis is the vector loop, inside the reduction: each step loads whole vectors of
-  consecutive channels and adds them to the partial sums, as the data lies in memory;
-- the partial sums are added up in a short second pass.
+- **By channels**: each parallel job sums a run of channels over the whole reduction, and computes the
+  block's consumer (a mean's division) for them: one pass, one parallel region.
+- **By slices** (``RFactor``): the reduced axes fused and split into contiguous slices, each parallel job
+  summing one slice for a run of channels into its own partial sums; a short second pass adds them up. For
+  few channels (32 channels are two jobs of 16) over a large map.
 
-The search samples ``parts`` (divisors of the reduced extent up to :data:`MAX_PARTS`) and the vector
-loop's width (divisors of the channels up to :data:`MAX_VECTOR`, whole vectors of 8 floats where it can).
+The search samples the vector loop's width (divisors of the channels up to :data:`MAX_VECTOR`, whole vectors
+of :data:`VECTOR_STEP` floats where it can) and the slices (divisors of the reduced extent up to
+:data:`MAX_PARTS`). The EfficientNet-like model's three largest means (112x112x32, 56x56x144, 56x56x96) took
+5.1, 8.7 and 3.7 us alone after a 5-minute run, where the generic spaces' best had taken 107, 72 and 75 us.
+
 The mark is part of the task (its key changes): a mean tuned before the mark is another task.
 """
 
@@ -146,7 +150,7 @@ def outer_reduction_space(sch, block) -> list:
     for i in reduced:
         total *= extents[i]
     spaces = [sch]
-    if len(part_counts(total)) > 1 or part_counts(total)[0] > 1:
+    if part_counts(total) != [1]:
         _by_slices(by_slices, block, inner, fused, total, extents[inner])
         spaces.append(by_slices)
     return spaces
