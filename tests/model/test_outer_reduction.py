@@ -11,11 +11,11 @@ from dynatune.model.extract import Lowering, extract_tasks
 from dynatune.model.outer_reduction import RULE, mark, outer_reduction_space, register_rule
 
 
-def _func(shape, reduce, axis):
+def _func(shape, reduce, axis, keepdims=True):
     from tvm import te
 
     x = te.placeholder(shape, "float32", name="x")
-    return te.create_prim_func([x, reduce(x, axis=axis, keepdims=True)])
+    return te.create_prim_func([x, reduce(x, axis=axis, keepdims=keepdims)])
 
 
 def _sum(x, axis, keepdims):
@@ -33,7 +33,7 @@ def _max(x, axis, keepdims):
 def _mean(x, axis, keepdims):
     from tvm import topi
 
-    return topi.divide(topi.sum(x, axis=axis, keepdims=keepdims), 16 * 12)
+    return topi.divide(topi.sum(x, axis=axis, keepdims=keepdims), 192)  # 16 x 12 and 192 elements: a mean
 
 
 def _marked(func) -> bool:
@@ -50,8 +50,16 @@ def test_a_global_pooling_in_nhwc_is_marked_and_other_reductions_are_not():
     assert mark(func).same_as(func)
 
 
-@pytest.mark.parametrize("reduce", [_mean, _max], ids=["mean", "max"])
-def test_every_design_space_of_the_rule_computes_the_reduction(reduce, cpu_target):
+@pytest.mark.parametrize(
+    "reduce, shape, axis, keepdims",
+    [
+        (_mean, (1, 16, 12, 24), [1, 2], True),  # a global average pool in NHWC
+        (_max, (1, 16, 12, 24), [1, 2], True),
+        (_mean, (1, 192, 40), [1], False),  # a mean over a sequence's tokens, the axis dropped
+    ],
+    ids=["mean", "max", "tokens"],
+)
+def test_every_design_space_of_the_rule_computes_the_reduction(reduce, shape, axis, keepdims, cpu_target):
     """Both spaces (by channels, by slices), each with random decisions, built and run."""
     import tvm
     from tvm import s_tir
@@ -59,13 +67,15 @@ def test_every_design_space_of_the_rule_computes_the_reduction(reduce, cpu_targe
 
     from dynatune.search.space import search_space
 
-    mod = tvm.IRModule({"main": mark(_func((1, 16, 12, 24), reduce, [1, 2]))})
+    mod = tvm.IRModule({"main": mark(_func(shape, reduce, axis, keepdims))})
+    assert RULE in mod.script()
     generator, _ = search_space(mod, cpu_target)
     ctx = ms.TuneContext(mod=mod, target=cpu_target, space_generator=generator, num_threads=1)
     spaces = ctx.generate_design_space()
     assert len(spaces) == 2 and sum(i.kind.name == "RFactor" for s in spaces for i in s.trace.insts) == 1
-    x = np.random.default_rng(0).standard_normal((1, 16, 12, 24)).astype("float32")
-    want = x.max(axis=(1, 2), keepdims=True) if reduce is _max else x.mean(axis=(1, 2), keepdims=True)
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    numpy_reduce = np.max if reduce is _max else np.mean
+    want = numpy_reduce(x, axis=tuple(axis), keepdims=keepdims)
     rng, dev = random.Random(0), tvm.cpu()
     for space in spaces:
         for _ in range(3):
