@@ -11,7 +11,7 @@ loads ``C`` floats apart. On the EfficientNet-like model's 112x112x32 mean the b
 The lowering marks each such block (:func:`mark_pass`: a sum, max or min over every axis but the innermost,
 whose other axes are 1, over at least :data:`MIN_REDUCED` elements) with the block annotation
 ``schedule_rule: dynatune_outer_reduction``. MetaSchedule's ``ApplyCustomRule`` then builds the block's
-design spaces with :func:`outer_reduction_space` alone (registered for the ``cpu`` target key by
+design spaces with :func:`outer_reduction_space` alone (registered for the CPU target keys by
 :func:`register_rule`). In both, the innermost axis is a vector loop *inside* the reduction: each step loads
 whole vectors of consecutive channels, as the data lies in memory, and adds them to running sums.
 
@@ -196,9 +196,13 @@ def _consumer_at(sch, block, loop) -> None:
             pass
 
 
+CPU_KEYS = ("cpu", "arm_cpu")  # the target keys MetaSchedule may look the rule up by on a CPU (x86, Arm)
+
+
 def register_rule() -> None:
     """Register :func:`outer_reduction_space` as MetaSchedule's custom rule :data:`RULE` for CPU targets
     (again is harmless)."""
     import tvm
 
-    tvm.register_global_func(f"s_tir.meta_schedule.cpu.{RULE}", outer_reduction_space, override=True)
+    for key in CPU_KEYS:
+        tvm.register_global_func(f"s_tir.meta_schedule.{key}.{RULE}", outer_reduction_space, override=True)
