@@ -96,7 +96,7 @@ class Lowering:
 
     def marks_outer_reductions(self, target) -> bool:
         """Whether outer reductions get their own schedule rule on ``target``: as asked on CPU targets (the
-        rule is registered for the ``cpu`` key), never on GPU targets."""
+        rule is registered for the CPU target keys), never on GPU targets."""
         return bool(self.outer_reduction) and not _is_gpu(target)
 
     def winograds(self, target) -> bool:

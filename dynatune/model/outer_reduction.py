@@ -31,6 +31,10 @@ The mark is part of the task (its key changes): a mean tuned before the mark is 
 
 from __future__ import annotations
 
+import math
+
+from dynatune.machine.register_block import divisors
+
 RULE = "dynatune_outer_reduction"  # the block annotation's value, and the rule's name
 MIN_REDUCED = 64  # fewer elements reduced per output: left to MetaSchedule's own rules
 MAX_PARTS = 64  # the most slices the reduction is split into (one parallel job each)
@@ -64,10 +68,7 @@ def outer_reduction_axes(realize) -> tuple[int, list[int]] | None:
         return None
     if inner is None or any(extents[i] != 1 for i in spatial if i != inner):
         return None
-    total = 1
-    for i in reduced:
-        total *= extents[i]
-    return (inner, reduced) if total >= MIN_REDUCED else None
+    return (inner, reduced) if math.prod(extents[i] for i in reduced) >= MIN_REDUCED else None
 
 
 def _realizes(func) -> list:
@@ -115,21 +116,17 @@ def mark_pass():
     return _mark
 
 
-def _divisors(n: int, most: int) -> list[int]:
-    return [d for d in range(1, min(n, most) + 1) if n % d == 0]
-
-
 def vector_widths(channels: int) -> list[int]:
     """The vector loop's widths the search samples: divisors of ``channels`` up to :data:`MAX_VECTOR`,
     multiples of :data:`VECTOR_STEP` where there are any, else the widest."""
-    widths = _divisors(channels, MAX_VECTOR)
+    widths = [d for d in divisors(channels) if d <= MAX_VECTOR]
     return [w for w in widths if w % VECTOR_STEP == 0] or widths[-1:]
 
 
 def part_counts(reduced: int) -> list[int]:
     """The numbers of slices the search samples: divisors of ``reduced`` from 2 to :data:`MAX_PARTS`
     (``[1]`` when there are none)."""
-    return [d for d in _divisors(reduced, MAX_PARTS) if d >= 2] or [1]
+    return [d for d in divisors(reduced) if 2 <= d <= MAX_PARTS] or [1]
 
 
 def _sample(sch, values: list[int]):
@@ -146,9 +143,7 @@ def outer_reduction_space(sch, block) -> list:
     fused = sch.fuse(*[loops[i] for i in reduced]) if len(reduced) > 1 else loops[reduced[0]]
     by_slices = sch.copy()
     _by_channels(sch, block, loops[inner], fused, extents[inner])
-    total = 1
-    for i in reduced:
-        total *= extents[i]
+    total = math.prod(extents[i] for i in reduced)
     spaces = [sch]
     if part_counts(total) != [1]:
         _by_slices(by_slices, block, inner, fused, total, extents[inner])
