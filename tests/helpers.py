@@ -458,3 +458,41 @@ def make_winograd_cnn(tmp_path, rng) -> str:
     path = str(tmp_path / "cnn.onnx")
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
+
+
+def repeated_blocks_onnx(path: str, blocks: int = 4, channels: int = 8) -> str:
+    """A 3x3 convolution, then ``blocks`` 1x1 convolutions with ReLU of one shape (one kernel, called
+    ``blocks`` times, each time between two other storages), a global pool, a flatten and a gemm."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["h0"], pads=[1, 1, 1, 1])]
+    inits = [w("w0", channels, 3, 3, 3), w("b0", channels)]
+    for i in range(1, blocks + 1):
+        nodes += [
+            helper.make_node("Conv", [f"h{i - 1}", f"w{i}", f"b{i}"], [f"c{i}"]),
+            helper.make_node("Relu", [f"c{i}"], [f"h{i}"]),
+        ]
+        inits += [w(f"w{i}", channels, channels, 1, 1), w(f"b{i}", channels)]
+    nodes += [
+        helper.make_node("GlobalAveragePool", [f"h{blocks}"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1),
+    ]
+    inits += [w("fc_w", 10, channels), w("fc_b", 10)]
+    return save_float_model(path, "repeated_blocks", nodes, inits, [1, 3, 12, 12], [1, 10])
+
+
+def vm_calls(text: str):
+    """How many times each function is called in an executable's text (``executable.as_text()``): a
+    ``collections.Counter``."""
+    import collections
+
+    return collections.Counter(
+        line.split()[1] for line in text.splitlines() if line.strip().startswith("call")
+    )

@@ -40,6 +40,7 @@ from dynatune.machine.target import gpu_default_schedule
 from dynatune.model.extract import Lowering, backend_passes, fuse_passes
 from dynatune.model.flat_storage import flatten_planned_tensors_pass
 from dynatune.model.placement import concat_functions, place
+from dynatune.model.resident_storage import keep_storages_resident_pass
 from dynatune.model.shared_views import share_identical_views_pass
 
 VERIFY_INPUTS = 3  # seeded random inputs the compiled model is checked on
@@ -137,14 +138,19 @@ def finalize_passes(target, lowering: Lowering = Lowering()) -> list:
     after its last use (``KillAfterLastUse``), kernels take their storages flat
     (:mod:`dynatune.model.flat_storage`) and the views left are made once per place
     (:mod:`dynatune.model.shared_views`). mnasnet0_5: 7 ``vm.builtin.alloc_tensor`` calls a run instead of 54.
-    CPU targets only (``Lowering.flattens_storage``): a GPU target keeps TVM's passes.
+    Then the storages only kernels read become the executable's constants (``Lowering.resident_storage``,
+    :mod:`dynatune.model.resident_storage`): a run allocates only what it returns, and the views a reshape
+    reads. CPU targets only (``Lowering.flattens_storage``): a GPU target keeps TVM's passes.
     """
     passes = backend_passes(target, "finalize_passes")
     names = [p.info.name for p in passes]
     if "KillAfterLastUse" not in names or not lowering.flattens_storage(target):
         return passes
     at = names.index("KillAfterLastUse")
-    return [*passes[:at], flatten_planned_tensors_pass(), share_identical_views_pass(), *passes[at:]]
+    ours = [flatten_planned_tensors_pass(), share_identical_views_pass()]
+    if lowering.keeps_storage_resident(target):
+        ours.append(keep_storages_resident_pass())
+    return [*passes[:at], *ours, *passes[at:]]
 
 
 def weight_prepack_passes() -> list:

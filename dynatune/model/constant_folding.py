@@ -26,7 +26,7 @@ def fold_constants_passes() -> list:
     return [fold_calls_on_constants_pass(), relax.transform.FoldConstant()]
 
 
-def _is_tensor_constant(expr) -> bool:
+def is_tensor_constant(expr) -> bool:
     import tvm
     from tvm.ir.expr import GenericConst
 
@@ -83,7 +83,7 @@ def calls_on_constants(mod, func) -> list[tuple]:
                 continue
             if (outputs := _static_outputs(call)) is None or not _worth_folding(outputs, args):
                 continue
-            if all(_is_tensor_constant(a) or (isinstance(a, relax.Var) and a in folded) for a in args.fields):
+            if all(is_tensor_constant(a) or (isinstance(a, relax.Var) and a in folded) for a in args.fields):
                 if len(outputs) == 1:
                     folded.add(binding.var)
                 found.append((binding.var, call, outputs))
@@ -109,7 +109,7 @@ def evaluate(mod, calls) -> dict | None:
     kernels = {symbol: library[symbol] for symbol in funcs}
     values = {}
     for var, call, outputs in calls:
-        args = [a.value if _is_tensor_constant(a) else values[a][0] for a in call.args[1].fields]
+        args = [a.value if is_tensor_constant(a) else values[a][0] for a in call.args[1].fields]
         values[var] = [tvm.runtime.empty(shape, dtype) for shape, dtype in outputs]
         kernels[symbols[call.args[0].name_hint]](*args, *values[var])
     return values

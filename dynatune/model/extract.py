@@ -75,6 +75,9 @@ class Lowering:
     # compile only (the tasks are the same either way, so not in :meth:`describe`): CPU targets' kernels take
     # their planned storages flat, the views left made once (dynatune.compiler.compile.finalize_passes)
     flat_storage: bool = True
+    # compile only, with flat_storage: the storages only kernels read are the executable's own constants,
+    # made once at load, not taken from the VM's pool each run (dynatune.model.resident_storage)
+    resident_storage: bool = True
 
     def prepacks(self, target) -> bool:
         return uses_prepack(target, self.prepack)
@@ -93,6 +96,11 @@ class Lowering:
         """Whether kernels take their planned storages flat for ``target``: as asked on CPU targets, never on
         GPU targets (not tried there)."""
         return bool(self.flat_storage) and not _is_gpu(target)
+
+    def keeps_storage_resident(self, target) -> bool:
+        """Whether the storages only kernels read are constants of the executable on ``target``: with the
+        flat storages only (it keeps their flat tensors)."""
+        return bool(self.resident_storage) and self.flattens_storage(target)
 
     def marks_outer_reductions(self, target) -> bool:
         """Whether outer reductions get their own schedule rule on ``target``: as asked on CPU targets (the

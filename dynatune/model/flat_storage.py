@@ -53,7 +53,7 @@ def flatten_planned_tensors(mod):
     mod = relax.transform.CanonicalizeBindings()(mod)  # (no ``y = x`` aliases between a view and its users)
     main = mod["main"]
     storages, views = _storages_and_views(main)
-    calls = dict(_kernel_calls(mod, main))  # binding variable -> its kernel call
+    calls = dict(kernel_calls(mod, main))  # binding variable -> its kernel call
     params = _flat_params(mod, main, calls, views)
     if not params:
         return mod
@@ -74,7 +74,7 @@ def flatten_planned_tensors(mod):
     return builder.get()
 
 
-def _kernel_calls(mod, main):
+def kernel_calls(mod, main):
     """(binding variable, call) for each call of a TIR kernel in ``main``."""
     from tvm import relax, tirx
 
@@ -131,7 +131,7 @@ def _flat_params(mod, main, calls: dict, views: dict) -> set:
     for call in calls.values():
         for i, arg in enumerate(call.args):
             sites.setdefault((call.op, i), []).append(arg)
-    read_elsewhere = _read_outside_kernel_calls(main, calls)
+    read_elsewhere = read_outside_kernel_calls(main, calls)
     elsewhere = _called_outside_main(mod)
 
     def fits(gv, i, arg) -> bool:
@@ -151,7 +151,7 @@ def _flat_params(mod, main, calls: dict, views: dict) -> set:
         params = smaller
 
 
-def _read_outside_kernel_calls(main, calls: dict) -> set:
+def read_outside_kernel_calls(main, calls: dict) -> set:
     """The variables ``main`` reads other than as a kernel call's argument (returned, reshaped, ...)."""
     from tvm import relax
 

@@ -3,60 +3,28 @@
 weights' tuples are gone (``compile.weight_prepack_passes``). The model computes what ONNX Runtime does, and
 runs in plain TVM."""
 
-import collections
 import re
 
 import numpy as np
 import pytest
-from helpers import randomized_light_model, run_in_plain_tvm, save_float_model
+from helpers import randomized_light_model, repeated_blocks_onnx, run_in_plain_tvm, vm_calls
 
 from dynatune.compiler.compile import build, export, verify
 from dynatune.compiler.execution import relax_vm
+from dynatune.model.extract import Lowering
 from dynatune.model.importer import load_model
-
-
-def _repeated_blocks_onnx(path: str, blocks: int = 4, channels: int = 8) -> str:
-    """A 3x3 convolution, then ``blocks`` 1x1 convolutions with ReLU of one shape (one kernel, called
-    ``blocks`` times, each time between two other storages), a global pool, a flatten and a gemm."""
-    from onnx import helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-
-    def w(name, *shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
-
-    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["h0"], pads=[1, 1, 1, 1])]
-    inits = [w("w0", channels, 3, 3, 3), w("b0", channels)]
-    for i in range(1, blocks + 1):
-        nodes += [
-            helper.make_node("Conv", [f"h{i - 1}", f"w{i}", f"b{i}"], [f"c{i}"]),
-            helper.make_node("Relu", [f"c{i}"], [f"h{i}"]),
-        ]
-        inits += [w(f"w{i}", channels, channels, 1, 1), w(f"b{i}", channels)]
-    nodes += [
-        helper.make_node("GlobalAveragePool", [f"h{blocks}"], ["g"]),
-        helper.make_node("Flatten", ["g"], ["f"]),
-        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], transB=1),
-    ]
-    inits += [w("fc_w", 10, channels), w("fc_b", 10)]
-    return save_float_model(path, "repeated_blocks", nodes, inits, [1, 3, 12, 12], [1, 10])
-
-
-def _calls(text: str) -> collections.Counter:
-    return collections.Counter(
-        line.split()[1] for line in text.splitlines() if line.strip().startswith("call")
-    )
 
 
 @pytest.fixture(scope="module")
 def repeated(tmp_path_factory, cpu_target):
-    model = load_model(_repeated_blocks_onnx(str(tmp_path_factory.mktemp("flat") / "repeated.onnx")))
-    return model, build(model, cpu_target)
+    model = load_model(repeated_blocks_onnx(str(tmp_path_factory.mktemp("flat") / "repeated.onnx")))
+    # the storages taken from the VM's pool, as without the resident storages (model.resident_storage)
+    return model, build(model, cpu_target, lowering=Lowering(resident_storage=False))
 
 
 def test_a_run_makes_one_tensor_per_storage(repeated):
     _model, executable = repeated
-    calls = _calls(executable.as_text())
+    calls = vm_calls(executable.as_text())
     # one tensor per storage: a flat one, or the model's output (a storage of its own, lowered from the
     # output's allocation)
     assert calls["vm.builtin.alloc_tensor"] == calls["vm.builtin.alloc_storage"] == 5
@@ -71,7 +39,7 @@ def test_a_kernel_called_between_different_storages_reads_and_writes_each(repeat
 
     model, executable = repeated
     text = executable.as_text()
-    kernel = next(name for name, n in _calls(text).items() if n == 4 and not name.startswith("vm."))
+    kernel = next(name for name, n in vm_calls(text).items() if n == 4 and not name.startswith("vm."))
     sites = re.findall(rf"call  {kernel} in: (%\d+), c\[\d+\], c\[\d+\], (%\d+)", text)
     assert len(sites) == 4 and len(set(sites)) == 2, sites
     assert all(src != dst for src, dst in sites)
@@ -93,11 +61,12 @@ def test_a_kernel_takes_its_storage_flat_and_declares_its_tensor_inside(repeated
         )(model.bound_module())
         planned = tvm.transform.Sequential(finalize_passes(cpu_target)[:4])(lowered)
     names = [p.info.name for p in finalize_passes(cpu_target)]
-    assert names[:5] == [
+    assert names[:6] == [
         "StaticPlanBlockMemory",
         "LowerAllocTensor",
         "FlattenPlannedTensors",
         "ShareIdenticalViews",
+        "KeepStoragesResident",
         "KillAfterLastUse",
     ]
 
@@ -120,10 +89,9 @@ def test_without_flat_storage_a_run_makes_a_view_per_tensor_and_the_tasks_are_th
     from dynatune.model.extract import Lowering
 
     model, flat = repeated
-    views = build(model, cpu_target, lowering=Lowering(flat_storage=False))
-    assert (
-        _calls(views.as_text())["vm.builtin.alloc_tensor"] > _calls(flat.as_text())["vm.builtin.alloc_tensor"]
-    )
+    views = build(model, cpu_target, lowering=Lowering(flat_storage=False, resident_storage=False))
+    made = [vm_calls(e.as_text())["vm.builtin.alloc_tensor"] for e in (views, flat)]
+    assert made[0] > made[1]
     assert Lowering(flat_storage=False).describe(cpu_target) == Lowering().describe(cpu_target)
     check = verify(relax_vm(views, tvm.cpu()), model, tvm.cpu(), threads=2)
     assert check.ok and check.max_rel_err < 1e-4
@@ -218,7 +186,7 @@ def test_light_models_with_reshapes_and_placed_concatenations_compute_what_onnxr
 
     model = load_model(randomized_light_model(name, str(tmp_path / f"{name}.onnx")))
     executable = build(model, cpu_target)
-    calls = _calls(executable.as_text())
+    calls = vm_calls(executable.as_text())
     assert calls["vm.builtin.alloc_tensor"] <= calls["vm.builtin.alloc_storage"] + calls["vm.builtin.reshape"]
     check = verify(relax_vm(executable, tvm.cpu()), model, tvm.cpu(), threads=2)
     assert check.ok and check.max_rel_err < 1e-4, check
