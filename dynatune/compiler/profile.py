@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from dynatune.compiler.residual import TaskTimers, kernels_alone_ms
-from dynatune.compiler.timing import vm_block_timer
+from dynatune.compiler.timing import vm_block_timer, vm_run_timer
 from dynatune.machine.load import LoadProbe, QuietPolicy, quiet_or_wait
 from dynatune.machine.roofline import Roofline, compulsory_bytes
 from dynatune.model.placement import PLACED
@@ -198,15 +198,17 @@ def profile_model(
     inputs = model.random_inputs(seed)
     plain, instrumented = make_vm(executable_or_path, dev), make_vm(executable_or_path, dev)
     model_block = vm_block_timer(plain, inputs, dev, block_ms)
+    model_runs = vm_run_timer(make_vm(executable_or_path, dev), inputs, dev, block_ms)
     kernels_alone = TaskTimers(session.target, dev, task_block_ms).kernels(
         session.tasks, session.compile_database()
     )
     onnxruntime = OnnxRuntimeProfile(model, usable_cores(), block_ms)
-    model_ms, runs, alone, cold = [], [], defaultdict(list), defaultdict(list)
+    model_ms, run_ms, runs, alone, cold = [], [], [], defaultdict(list), defaultdict(list)
     quiet_or_wait(usable_cores(), quiet)
     load = LoadProbe()
     for _ in range(rounds):  # the model, its calls and the tasks alone, all in each round
         model_ms.append(model_block())
+        run_ms += model_runs()
         new_runs, kernels = profile_calls(instrumented, model, inputs, dev, block_ms)
         runs += new_runs
         for i, k in kernels_alone.items():
@@ -217,7 +219,15 @@ def profile_model(
     alone_ms = {i: float(np.median(v)) for i, v in alone.items()}
     cold_ms = {i: float(np.median(v)) for i, v in cold.items()}
     prof = summarize(
-        model_ms, runs, kernels, alone_ms, cold_ms, session, onnxruntime.op_ms(session.tasks), roofline
+        model_ms,
+        runs,
+        kernels,
+        alone_ms,
+        cold_ms,
+        session,
+        onnxruntime.op_ms(session.tasks),
+        roofline,
+        run_ms=run_ms,
     )
     return prof | {"load_cores": during.busy_cores, "under_load": quiet.busy(during, usable_cores())}
 
@@ -240,9 +250,14 @@ def summarize(
     session,
     onnxruntime_op_ms: dict[int, float] | None = None,
     roofline: Roofline | None = None,
+    run_ms: list[float] | None = None,
 ) -> dict:
     """Split the model time into kernels, calls no task stands for and time between calls; and its gap
-    to the estimate (sum of weight x latency alone, cold: ``cold_ms``) into what causes it."""
+    to the estimate (sum of weight x latency alone, cold: ``cold_ms``) into what causes it.
+
+    ``model_ms`` are blocks' means, which take in the interruptions a shared machine brings; the calls'
+    times are medians over runs, which do not. ``run_ms`` (single runs of the model, uninstrumented) gives
+    the like-for-like split: a run's median less the calls' medians is ``between_calls_run_ms``."""
     overhead = instrument_overhead_s(runs)
     by_name = {t.name: t for t in session.tasks}
     rows = []
@@ -268,6 +283,7 @@ def summarize(
         )
     rows.sort(key=lambda r: -r.in_model_ms)
     model = float(np.median(model_ms))
+    run_model = float(np.median(run_ms)) if run_ms else None
     called = {r.task for r in rows if r.task is not None}
     absent = [t for t in session.tasks if t.index not in called]
     matched = [r for r in rows if r.task is not None]
@@ -289,6 +305,8 @@ def summarize(
         "kernel_ms": kernel_ms,
         "calls_without_task_ms": unmatched_ms,
         "between_calls_ms": gap["between_calls_ms"],
+        "model_run_ms": run_model,
+        "between_calls_run_ms": None if run_model is None else run_model - kernel_ms - unmatched_ms,
         "estimate_ms": estimate,
         "estimate_over_model": estimate / model if model > 0 else None,
         "warm_estimate_ms": kernels_alone_ms(session.tasks, alone_ms),  # the kernels as tuning times them
@@ -361,6 +379,7 @@ def markdown(prof: dict, top: int = 25) -> str:
         f"| calls no task stands for | {prof['calls_without_task_ms']:.3f} | "
         f"{_pct(prof['calls_without_task_ms'], model)} |",
         f"| between calls | {prof['between_calls_ms']:.3f} | {_pct(prof['between_calls_ms'], model)} |",
+        *_run_split_lines(prof),
         "",
         "| model - estimate | ms |",
         "|---|---:|",
@@ -393,6 +412,23 @@ def markdown(prof: dict, top: int = 25) -> str:
         never = [f"{t['name']} ({t['weight']} x {t['cold_ms']:.4f} ms)" for t in prof["tasks_not_called"]]
         lines += ["", "Tasks the model never calls (in the estimate only): " + ", ".join(never)]
     return "\n".join(lines) + "\n"
+
+
+def _run_split_lines(prof: dict) -> list[str]:
+    """The like-for-like split: a single run's median, against the calls' medians (profiles before it have
+    none)."""
+    run = prof.get("model_run_ms")
+    if run is None:
+        return []
+    between = prof["between_calls_run_ms"]
+    return [
+        "",
+        f"A single run's median, uninstrumented: {run:.3f} ms ({prof['model_ms'] - run:+.3f} ms in the "
+        "blocks' means above: the interruptions a shared machine brings, which the calls' medians leave "
+        "out). "
+        f"Against it, between calls: {between:.3f} ms = {_pct(between, run)}; calls no task stands for "
+        f"{_pct(prof['calls_without_task_ms'], run)}.",
+    ]
 
 
 def _kernel_line(k: dict, model_ms: float) -> str:

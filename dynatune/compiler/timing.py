@@ -173,6 +173,22 @@ def vm_block_timer(vm, inputs, device, block_ms: float):
     )
 
 
+def vm_run_timer(vm, inputs, device, block_ms: float):
+    """A callable timing a block of single model runs (``invoke_stateful``, inputs set once): each run's
+    time (ms), as TVM's evaluator takes it (``number=1``, in C++). A run's median is robust to the
+    interruptions of a shared machine that a block's mean takes in; ``inputs`` as for
+    :func:`vm_block_timer`."""
+    import math
+
+    import tvm
+
+    vm.set_input("main", *[tvm.runtime.tensor(a, device) for a in inputs.values()])
+    once_s = max(float(vm.time_evaluator("invoke_stateful", device, number=1, repeat=1)("main").mean), 1e-7)
+    runs = max(3, math.ceil(block_ms * 1e-3 / once_s))
+    f = vm.time_evaluator("invoke_stateful", device, number=1, repeat=runs)
+    return lambda: [float(r) * 1e3 for r in f("main").results]
+
+
 def call_block_timer(call, block_ms: float):
     """A callable timing one block of ``call()``s, as a user's loop makes them: the mean latency (ms)."""
 

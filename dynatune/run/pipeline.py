@@ -37,6 +37,8 @@ PROFILE_HEADLINE = (
     "kernel_ms",
     "calls_without_task_ms",
     "between_calls_ms",
+    "model_run_ms",
+    "between_calls_run_ms",
     "gap_ms",
     "under_load",
     "load_cores",

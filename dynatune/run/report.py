@@ -535,7 +535,9 @@ def markdown_report(summary: RunSummary | dict | None, rounds: list[dict], path:
             f"{_fmt(prof.get('model_ms'), '.3f')} ms in the model, "
             f"{_fmt(prof.get('kernel_ms'), '.3f')} ms in tuned-task kernels, "
             f"{_fmt(prof.get('calls_without_task_ms'), '.3f')} ms in calls with no task, "
-            f"{_fmt(prof.get('between_calls_ms'), '.3f')} ms between calls; the estimate "
+            f"{_fmt(prof.get('between_calls_ms'), '.3f')} ms between calls "
+            f"({_fmt(prof.get('between_calls_run_ms'), '.3f')} ms against a single run's median, "
+            f"{_fmt(prof.get('model_run_ms'), '.3f')} ms); the estimate "
             f"(weight x latency, re-timed alone with the caches flushed) is "
             f"{_fmt(prof.get('estimate_ms'), '.3f')} ms.",
             "",

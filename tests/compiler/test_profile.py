@@ -140,6 +140,11 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny_model, tiny_tasks
     m = prof["model_ms"]
     assert m > 0 and prof["kernel_ms"] > 0
     assert prof["kernel_ms"] + prof["calls_without_task_ms"] + prof["between_calls_ms"] == pytest.approx(m)
+    # ... and a single run's median (uninstrumented) into the same calls and the time between them
+    run = prof["model_run_ms"]
+    assert run > 0 and "A single run's median" in (tmp_path / "report" / "profile.md").read_text()
+    parts = prof["kernel_ms"] + prof["calls_without_task_ms"] + prof["between_calls_run_ms"]
+    assert parts == pytest.approx(run)
     assert sum(prof["gap"].values()) == pytest.approx(m - prof["estimate_ms"])
     timed = [k for k in prof["kernels"] + prof["tasks_not_called"] if k["task"] is not None]
     alone, cold = ({k["task"]: k[key] for k in timed} for key in ("alone_ms", "cold_ms"))
