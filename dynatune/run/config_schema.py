@@ -76,6 +76,10 @@ class CompileSection(Section):
     # CPU: a reduction over every axis but the innermost (a global pooling in NHWC) tuned as a vector loop
     # over that axis, by its own schedule rule (model.outer_reduction); changes its key
     outer_reduction: bool = Lowering.outer_reduction
+    # CPU: the planned storages only kernels read are constants of the library, made once when it is loaded:
+    # a run allocates only its outputs, and the library holds those storages' bytes (model.resident_storage;
+    # the tasks do not change)
+    resident_storage: bool = Lowering.resident_storage
     # a timing against ONNX Runtime on a busy machine is tried this many times, timing_wait_s apart, before
     # it is kept as taken under load (dynatune.machine.load)
     timing_attempts: int = Field(3, ge=1)

@@ -441,6 +441,14 @@ def test_every_engine_setting_can_be_set_from_yaml(section, cls):
             assert f"{section}.{name}: must be" in error_of(load_config, None, [f"{section}.{name}=abc"])
 
 
+def test_the_compile_sections_lowering_carries_each_of_its_settings():
+    """``compile.resident_storage`` (compile only) and ``compile.outer_reduction`` reach the Lowering the
+    extraction and the compile share."""
+    assert load_config(None, []).compile.lowering().resident_storage is True
+    off = load_config(None, ["compile.resident_storage=false", "compile.outer_reduction=false"]).compile
+    assert (off.lowering().resident_storage, off.lowering().outer_reduction) == (False, False)
+
+
 # -- shipped configs --------------------------------------------------------------------------------
 def test_shipped_configs_exist():
     names = {p.stem for p in CONFIGS}
