@@ -8,8 +8,13 @@ through that one flat tensor, the flat tensor becomes a constant of the executab
 storage's size (zero but for its first bytes, which number it: the VM's code generator makes equal
 constants one), which the kernels write and read as before. A run then allocates nothing for it.
 
-What stays pooled: a storage with a view other than its flat tensor (the model's output, a reshape's input:
-the caller may hold those after the run), or flat tensors of two types.
+A storage the plan gives to one tensor after another (views at offset 0 that a kernel cannot take flat:
+transformer_tiny's layer norm writes an intermediate tensor and the output) stays too when the views' lives
+are apart: each view becomes a constant of its own shape (more bytes in the library, no object a run).
+
+What stays pooled: a storage with a view something other than a kernel reads (the model's output, a
+reshape's input: the caller may hold those after the run, or a view of them), with views at other offsets,
+or with two views live at once (their memory must be one).
 
 Two things follow, and the artifact's documentation says them:
 - every VM made from one loaded module (``tvm.runtime.load_module``) shares these tensors, so two threads
@@ -45,11 +50,10 @@ def keep_storages_resident(mod):
     if "main" not in [gv.name_hint for gv in mod.functions]:
         return mod
     main = mod["main"]
-    constants = _resident_flats(main, dict(kernel_calls(mod, main)))
-    if not constants:
+    kept, by_view = _resident_views(main, dict(kernel_calls(mod, main)))
+    if not kept:
         return mod
-    dropped = {var for pair in constants for var in pair}
-    by_flat = {flat: const for (_storage, flat), const in constants.items()}
+    dropped = kept | set(by_view)
     blocks = []
     for block in main.body.blocks:
         bindings = []
@@ -57,8 +61,8 @@ def keep_storages_resident(mod):
             if b.var in dropped:
                 continue
             call = getattr(b, "value", None)
-            if isinstance(call, relax.Call) and any(a in by_flat for a in call.args):
-                args = [by_flat.get(a, a) for a in call.args]
+            if isinstance(call, relax.Call) and any(a in by_view for a in call.args):
+                args = [by_view.get(a, a) for a in call.args]
                 b = relax.VarBinding(
                     b.var, relax.Call(call.op, args, call.attrs, call.ty_args, ret_ty=call.ty)
                 )
@@ -72,65 +76,71 @@ def keep_storages_resident(mod):
     return builder.get()
 
 
-def _resident_flats(main, calls: dict) -> dict:
-    """(storage, flat tensor) -> a constant of the flat tensor's shape and type (:func:`_numbered`), for
-    each static storage of ``main`` whose only use is one flat tensor (offset 0, the whole storage) that
-    nothing but kernel calls reads."""
+def _resident_views(main, calls: dict) -> tuple[set, dict]:
+    """The static storages of ``main`` that stay, and for each of their views a constant of its shape and
+    type (:func:`_numbered`): the storages whose every use is a view at offset 0 of a static shape that
+    nothing but kernel calls reads, the views' lives apart (the memory plan gave the storage to one tensor
+    after another: each may have memory of its own). Usually one view, the flat tensor."""
     import numpy as np
     import tvm
-    import tvm_ffi
     from tvm import relax
 
     alloc_storage = tvm.ir.Op.get("relax.memory.alloc_storage")
     alloc_tensor = tvm.ir.Op.get("relax.memory.alloc_tensor")
-    storages, uses = {}, {}  # storage -> bytes; storage -> its uses (a view's variable, or None: another)
-    for block in main.body.blocks:
-        for b in block.bindings:
-            value = getattr(b, "value", None)
-            if isinstance(value, relax.Call) and value.op.same_as(alloc_storage):
-                size = (
-                    [getattr(d, "value", None) for d in value.args[0].values]
-                    if isinstance(value.args[0], relax.ShapeExpr)
-                    else [None]
-                )
-                if len(size) == 1 and isinstance(size[0], int):
-                    storages[b.var] = size[0]
-                    uses[b.var] = []
-                continue
-            for storage in _vars_in(value) & set(storages):
-                is_view = isinstance(value, relax.Call) and value.op.same_as(alloc_tensor)
-                uses[storage].append(b.var if is_view and value.args[0].same_as(storage) else None)
-    for storage in _vars_in(main.body.body) & set(storages):
+    storages, uses = set(), {}  # static storages; storage -> its uses (a view's variable, or None: another)
+    born, last = {}, {}  # variable -> the position of its binding, of the last binding that reads it
+    bindings = [b for block in main.body.blocks for b in block.bindings]
+    for at, b in enumerate(bindings):
+        value = getattr(b, "value", None)
+        born[b.var] = at
+        for var in _vars_in(value):
+            last[var] = at
+        if isinstance(value, relax.Call) and value.op.same_as(alloc_storage):
+            if isinstance(value.args[0], relax.ShapeExpr) and len(value.args[0].values) == 1:
+                storages.add(b.var)
+                uses[b.var] = []
+            continue
+        for storage in _vars_in(value) & storages:
+            view = isinstance(value, relax.Call) and value.op.same_as(alloc_tensor)
+            view = view and value.args[0].same_as(storage) and getattr(value.args[1], "value", None) == 0
+            uses[storage].append(b.var if view and _static_shape(b.var.ty) is not None else None)
+    for storage in _vars_in(main.body.body) & storages:
         uses[storage].append(None)
     read_elsewhere = read_outside_kernel_calls(main, calls)
     taken = [t.numpy() for t in _tensor_constants_in(main)]  # the bytes a new constant must not repeat
-    constants = {}
-    for storage, size in storages.items():
-        views = uses[storage]
-        if len(views) != 1 or views[0] is None or views[0] in read_elsewhere:
+    kept, constants = set(), {}
+    for storage in storages:
+        views = sorted(uses[storage], key=lambda v: -1 if v is None else born[v])
+        if not views or views[0] is None or any(v in read_elsewhere for v in views):
             continue
-        flat = views[0]
-        ty = flat.ty
-        dims = [getattr(d, "value", None) for d in ty.shape.values] if ty.shape is not None else [None]
-        itemsize = tvm_ffi.dtype(str(ty.dtype)).bits // 8
-        if len(dims) != 1 or dims[0] is None or dims[0] * itemsize != size:
-            continue
-        data = _numbered(dims[0], str(ty.dtype), len(constants))
-        if any(other.shape == data.shape and np.array_equal(other, data) for other in taken):
+        if any(last.get(a, born[a]) >= born[b] for a, b in zip(views, views[1:])):
+            continue  # (two views live at once share their memory: the storage stays pooled)
+        datas = [
+            _numbered(_static_shape(v.ty), str(v.ty.dtype), len(constants) + i) for i, v in enumerate(views)
+        ]
+        if any(o.shape == d.shape and np.array_equal(o, d) for d in datas for o in taken):
             continue  # (a constant of the model's, or a tiny storage's, has those bytes: it stays pooled)
-        taken.append(data)
-        constants[(storage, flat)] = relax.const(data, str(ty.dtype))  # (not narrowed: int64 stays)
-    return constants
+        taken += datas
+        kept.add(storage)
+        for view, data in zip(views, datas):
+            constants[view] = relax.const(data, str(view.ty.dtype))  # (not narrowed: int64 stays)
+    return kept, constants
 
 
-def _numbered(n: int, dtype: str, index: int):
-    """``n`` elements of ``dtype``, zero but for their first bytes, which spell ``index`` and ``dynatune``:
-    the VM's code generator makes equal constants one (two storages in one tensor, or a storage in a
-    weight, would compute wrong), so each storage's constant has bytes of its own."""
+def _static_shape(ty) -> list[int] | None:
+    shape = getattr(ty, "shape", None)
+    dims = [getattr(d, "value", None) for d in shape.values] if shape is not None else []
+    return dims if dims and all(isinstance(d, int) for d in dims) else None
+
+
+def _numbered(shape: list[int], dtype: str, index: int):
+    """A tensor of ``shape`` and ``dtype``, zero but for its first bytes, which spell ``index`` and
+    ``dynatune``: the VM's code generator makes equal constants one (two storages in one tensor, or a storage
+    in a weight, would compute wrong), so each constant has bytes of its own."""
     import numpy as np
 
-    data = np.zeros(n, dtype=dtype)
-    raw = data.view(np.uint8)
+    data = np.zeros(shape, dtype=dtype)
+    raw = data.reshape(-1).view(np.uint8)
     token = np.frombuffer(index.to_bytes(8, "little") + b"dynatune", dtype=np.uint8)
     raw[: min(raw.size, token.size)] = token[: raw.size]
     return data
