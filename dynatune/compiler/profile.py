@@ -198,7 +198,7 @@ def profile_model(
     inputs = model.random_inputs(seed)
     plain, instrumented = make_vm(executable_or_path, dev), make_vm(executable_or_path, dev)
     model_block = vm_block_timer(plain, inputs, dev, block_ms)
-    model_runs = vm_run_timer(make_vm(executable_or_path, dev), inputs, dev, block_ms)
+    model_runs = vm_run_timer(plain, inputs, dev, block_ms)
     kernels_alone = TaskTimers(session.target, dev, task_block_ms).kernels(
         session.tasks, session.compile_database()
     )

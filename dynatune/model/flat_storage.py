@@ -106,13 +106,14 @@ def _storages_and_views(main) -> tuple[dict, dict]:
                     storages[b.var] = size[0]
             elif value.op.same_as(alloc_tensor) and value.args[0] in storages:
                 offset, ty = value.args[1], b.var.ty
-                static = isinstance(ty, relax.TensorType) and _static_shape(ty) is not None
+                static = isinstance(ty, relax.TensorType) and static_shape(ty) is not None
                 if static and _int(offset) == 0:
                     views[b.var] = _View(value.args[0], str(ty.dtype))
     return storages, views
 
 
-def _static_shape(ty):
+def static_shape(ty) -> list[int] | None:
+    """A tensor type's dimensions, where every one is a constant (else ``None``)."""
     dims = [_int(d) for d in ty.shape.values] if ty.shape is not None else [None]
     return None if None in dims else dims
 

@@ -29,7 +29,7 @@ To run after :func:`dynatune.model.flat_storage.flatten_planned_tensors_pass` an
 from __future__ import annotations
 
 from dynatune.model.constant_folding import is_tensor_constant
-from dynatune.model.flat_storage import kernel_calls, read_outside_kernel_calls
+from dynatune.model.flat_storage import kernel_calls, read_outside_kernel_calls, static_shape
 
 
 def keep_storages_resident_pass():
@@ -87,36 +87,36 @@ def _resident_views(main, calls: dict) -> tuple[set, dict]:
 
     alloc_storage = tvm.ir.Op.get("relax.memory.alloc_storage")
     alloc_tensor = tvm.ir.Op.get("relax.memory.alloc_tensor")
-    storages, uses = set(), {}  # static storages; storage -> its uses (a view's variable, or None: another)
+    uses = {}  # each static storage -> its uses (a view's variable, or None: another)
     born, last = {}, {}  # variable -> the position of its binding, of the last binding that reads it
     bindings = [b for block in main.body.blocks for b in block.bindings]
     for at, b in enumerate(bindings):
         value = getattr(b, "value", None)
+        read = _vars_in(value)
         born[b.var] = at
-        for var in _vars_in(value):
+        for var in read:
             last[var] = at
         if isinstance(value, relax.Call) and value.op.same_as(alloc_storage):
             if isinstance(value.args[0], relax.ShapeExpr) and len(value.args[0].values) == 1:
-                storages.add(b.var)
                 uses[b.var] = []
             continue
-        for storage in _vars_in(value) & storages:
+        for storage in read & uses.keys():
             view = isinstance(value, relax.Call) and value.op.same_as(alloc_tensor)
             view = view and value.args[0].same_as(storage) and getattr(value.args[1], "value", None) == 0
-            uses[storage].append(b.var if view and _static_shape(b.var.ty) is not None else None)
-    for storage in _vars_in(main.body.body) & storages:
+            uses[storage].append(b.var if view and static_shape(b.var.ty) else None)
+    for storage in _vars_in(main.body.body) & uses.keys():
         uses[storage].append(None)
     read_elsewhere = read_outside_kernel_calls(main, calls)
     taken = [t.numpy() for t in _tensor_constants_in(main)]  # the bytes a new constant must not repeat
     kept, constants = set(), {}
-    for storage in storages:
+    for storage in uses:
         views = sorted(uses[storage], key=lambda v: -1 if v is None else born[v])
         if not views or views[0] is None or any(v in read_elsewhere for v in views):
             continue
         if any(last.get(a, born[a]) >= born[b] for a, b in zip(views, views[1:])):
             continue  # (two views live at once share their memory: the storage stays pooled)
         datas = [
-            _numbered(_static_shape(v.ty), str(v.ty.dtype), len(constants) + i) for i, v in enumerate(views)
+            _numbered(static_shape(v.ty), str(v.ty.dtype), len(constants) + i) for i, v in enumerate(views)
         ]
         if any(o.shape == d.shape and np.array_equal(o, d) for d in datas for o in taken):
             continue  # (a constant of the model's, or a tiny storage's, has those bytes: it stays pooled)
@@ -125,12 +125,6 @@ def _resident_views(main, calls: dict) -> tuple[set, dict]:
         for view, data in zip(views, datas):
             constants[view] = relax.const(data, str(view.ty.dtype))  # (not narrowed: int64 stays)
     return kept, constants
-
-
-def _static_shape(ty) -> list[int] | None:
-    shape = getattr(ty, "shape", None)
-    dims = [getattr(d, "value", None) for d in shape.values] if shape is not None else []
-    return dims if dims and all(isinstance(d, int) for d in dims) else None
 
 
 def _numbered(shape: list[int], dtype: str, index: int):
