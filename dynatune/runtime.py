@@ -36,6 +36,9 @@ LIBRARY_FILE = "model.so"
 # TVM's thread pool as the model was timed: the number of threads, how long idle workers spin for the next
 # job, and whether workers are pinned to cores (dynatune.machine.target.set_tvm_thread_pool)
 THREAD_POOL_VARS = ("TVM_NUM_THREADS", "TVM_THREAD_POOL_SPIN_COUNT", "TVM_BIND_THREADS")
+# the entry that runs the model into output tensors its caller passes (dynatune.model.destination_entry): a
+# run that allocates nothing. Where a library has it, a caller makes its outputs once, with a run of ``main``
+INTO_ENTRY = "main_into"
 # set by dynatune's own import: which of THREAD_POOL_VARS it defaulted (they are not the user's choice)
 DEFAULTED_VARS_MARK = "DYNATUNE_DEFAULTED_THREAD_POOL_VARS"
 
@@ -234,6 +237,20 @@ class TunedModel:
         return {name: o.reshape(shape) for (name, shape, _), o in zip(self.outputs, outs)}
 
 
+def has_entry(vm, name: str) -> bool:
+    """Whether a Relax VM's library has the function ``name``."""
+    return bool(vm.module.implements_function(name))
+
+
+def entry_arguments(vm, inputs: list) -> tuple[str, list]:
+    """The entry a run calls and its arguments, for callers that set them once (``set_input``,
+    ``invoke_stateful``, TVM's evaluator): :data:`INTO_ENTRY` with ``inputs`` (device tensors) and the
+    outputs of one run of ``main`` to write into, where the library has it; else ``main`` and ``inputs``."""
+    if not has_entry(vm, INTO_ENTRY):
+        return "main", list(inputs)
+    return INTO_ENTRY, [*inputs, *flatten_outputs(vm["main"](*inputs))]
+
+
 class VMCall:
     """A VM's ``main`` called as a user calls a model: numpy arrays in, numpy arrays out.
 
@@ -241,7 +258,9 @@ class VMCall:
     (``tvm.runtime.tensor(array)``) made the README job's SqueezeNet 10.8 ms a call instead of 8.6 (its
     0.6 MB input mapped and faulted in afresh each time). On a CPU the copies in and out go through numpy
     views of the tensors (DLPack): 1 us each, where TVM's ``copyfrom`` and ``numpy()`` took 20 us each in
-    Python (a third of a 0.2 ms model's call). One call at a time (a lock): the VM and the input tensors
+    Python (a third of a 0.2 ms model's call). The outputs too are made once where the library has
+    :data:`INTO_ENTRY`: the first call runs ``main``, and its outputs are the tensors every later call's
+    ``main_into`` writes, so a run allocates nothing. One call at a time (a lock): the VM and the tensors
     are shared."""
 
     def __init__(self, vm, device, specs):
@@ -251,9 +270,11 @@ class VMCall:
         import tvm
 
         self._main = vm["main"]
+        self._into = vm[INTO_ENTRY] if has_entry(vm, INTO_ENTRY) else None
         self._args = [tvm.runtime.empty(tuple(shape), dtype, device) for shape, dtype in specs]
         self._cpu = device.dlpack_device_type() == 1  # kDLCPU
         self._views = [np.from_dlpack(t) for t in self._args] if self._cpu else None
+        self._outputs = None  # (tensors, their numpy views) that main_into writes, after the first call
         self._lock = threading.Lock()
 
     def __call__(self, arrays) -> list[np.ndarray]:
@@ -262,10 +283,18 @@ class VMCall:
             if self._cpu:
                 for view, a in zip(self._views, arrays):
                     np.copyto(view, a)
-                return [np.from_dlpack(o).copy() for o in flatten_outputs(self._main(*self._args))]
-            for tensor, a in zip(self._args, arrays):
-                tensor.copyfrom(np.ascontiguousarray(a))
-            return [o.numpy() for o in flatten_outputs(self._main(*self._args))]
+            else:
+                for tensor, a in zip(self._args, arrays):
+                    tensor.copyfrom(np.ascontiguousarray(a))
+            if self._outputs is not None:
+                outs, views = self._outputs
+                self._into(*self._args, *outs)
+            else:
+                outs = flatten_outputs(self._main(*self._args))
+                views = [np.from_dlpack(o) for o in outs] if self._cpu else None
+                if self._into is not None:
+                    self._outputs = outs, views
+            return [v.copy() for v in views] if self._cpu else [o.numpy() for o in outs]
 
 
 def load(path: str, *, cpu_features_available=None) -> TunedModel:

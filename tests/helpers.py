@@ -488,11 +488,23 @@ def repeated_blocks_onnx(path: str, blocks: int = 4, channels: int = 8) -> str:
     return save_float_model(path, "repeated_blocks", nodes, inits, [1, 3, 12, 12], [1, 10])
 
 
-def vm_calls(text: str):
-    """How many times each function is called in an executable's text (``executable.as_text()``): a
-    ``collections.Counter``."""
+def function_text(text: str, name: str = "main") -> str:
+    """One function's part of an executable's text (``executable.as_text()``): from ``@name:`` to the
+    next function's."""
+    import re
+
+    match = re.search(rf"^@{re.escape(name)}:\n(.*?)(?=^@|\Z)", text, re.M | re.S)
+    assert match, f"no function {name} in the executable"
+    return match.group(1)
+
+
+def vm_calls(text: str, function: str = "main"):
+    """How many times each function is called by ``function`` in an executable's text
+    (``executable.as_text()``): a ``collections.Counter``."""
     import collections
 
     return collections.Counter(
-        line.split()[1] for line in text.splitlines() if line.strip().startswith("call")
+        line.split()[1]
+        for line in function_text(text, function).splitlines()
+        if line.strip().startswith("call")
     )

@@ -37,6 +37,7 @@ from dynatune.compiler.fresh_timing import time_in_fresh_process
 from dynatune.errors import DynatuneError
 from dynatune.machine.load import QuietPolicy
 from dynatune.machine.target import gpu_default_schedule
+from dynatune.model.destination_entry import add_destination_entry_pass
 from dynatune.model.extract import Lowering, backend_passes, fuse_passes
 from dynatune.model.flat_storage import flatten_planned_tensors_pass
 from dynatune.model.placement import concat_functions, place
@@ -139,8 +140,10 @@ def finalize_passes(target, lowering: Lowering = Lowering()) -> list:
     (:mod:`dynatune.model.flat_storage`) and the views left are made once per place
     (:mod:`dynatune.model.shared_views`). mnasnet0_5: 7 ``vm.builtin.alloc_tensor`` calls a run instead of 54.
     Then the storages only kernels read become the executable's constants (``Lowering.resident_storage``,
-    :mod:`dynatune.model.resident_storage`): a run allocates only what it returns, and the views a reshape
-    reads. CPU targets only (``Lowering.flattens_storage``): a GPU target keeps TVM's passes.
+    :mod:`dynatune.model.resident_storage`): a run of ``main`` allocates only what it returns, and the views a
+    reshape reads; and ``main_into`` is added, which writes the outputs into tensors its caller passes
+    (:mod:`dynatune.model.destination_entry`): a run of it allocates nothing. CPU targets only
+    (``Lowering.flattens_storage``): a GPU target keeps TVM's passes.
     """
     passes = backend_passes(target, "finalize_passes")
     names = [p.info.name for p in passes]
@@ -150,6 +153,7 @@ def finalize_passes(target, lowering: Lowering = Lowering()) -> list:
     ours = [flatten_planned_tensors_pass(), share_identical_views_pass()]
     if lowering.keeps_storage_resident(target):
         ours.append(keep_storages_resident_pass())
+    ours.append(add_destination_entry_pass())
     return [*passes[:at], *ours, *passes[at:]]
 
 

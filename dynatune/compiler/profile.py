@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from dynatune.compiler.residual import TaskTimers, kernels_alone_ms
-from dynatune.compiler.timing import vm_block_timer, vm_run_timer
+from dynatune.compiler.timing import set_entry_input, vm_block_timer, vm_run_timer
 from dynatune.machine.load import LoadProbe, QuietPolicy, quiet_or_wait
 from dynatune.machine.roofline import Roofline, compulsory_bytes
 from dynatune.model.placement import PLACED
@@ -148,17 +148,15 @@ def profile_calls(
 ) -> tuple[list[dict], set[str]]:
     """Run the model under the instrument for about ``block_ms``; per run, {symbol: [calls, seconds]},
     and the symbols timed as kernels."""
-    import tvm
-
+    entry = set_entry_input(vm, {i.name: inputs[i.name] for i in model.inputs}, device)
     rec = CallRecorder(device)
     vm.set_instrument(rec)
-    vm.set_input("main", *[tvm.runtime.tensor(inputs[i.name], device) for i in model.inputs])
-    vm.invoke_stateful("main")  # warm-up, which also finds the kernels
+    vm.invoke_stateful(entry)  # warm-up, which also finds the kernels
     rec.kernels = set(rec.void_calls)
     runs, t0 = [], time.perf_counter()
     while len(runs) < min_runs or (time.perf_counter() - t0) * 1e3 < block_ms:
         rec.calls.clear()
-        vm.invoke_stateful("main")
+        vm.invoke_stateful(entry)
         per = defaultdict(lambda: [0, 0.0])
         for sym, secs in rec.calls:
             per[sym][0] += 1

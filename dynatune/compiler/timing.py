@@ -161,16 +161,26 @@ def block_timer(make_evaluator, args, block_ms: float):
 def vm_block_timer(vm, inputs, device, block_ms: float):
     """A callable timing one block of model runs (``invoke_stateful``, inputs set once); ``inputs``: name ->
     array, in the model's input order (as ``Model.random_inputs`` makes them)."""
-    import tvm
-
-    vm.set_input("main", *[tvm.runtime.tensor(a, device) for a in inputs.values()])
+    entry = set_entry_input(vm, inputs, device)
     return block_timer(
         lambda number, min_ms: vm.time_evaluator(
             "invoke_stateful", device, number=number, repeat=1, min_repeat_ms=min_ms
         ),
-        ("main",),
+        (entry,),
         block_ms,
     )
+
+
+def set_entry_input(vm, inputs, device) -> str:
+    """Set the inputs (name -> array) of the entry a run calls (:func:`dynatune.runtime.entry_arguments`:
+    ``main_into`` and its outputs, where the library has it), for ``invoke_stateful``; returns its name."""
+    import tvm
+
+    from dynatune.runtime import entry_arguments
+
+    entry, args = entry_arguments(vm, [tvm.runtime.tensor(a, device) for a in inputs.values()])
+    vm.set_input(entry, *args)
+    return entry
 
 
 def vm_run_timer(vm, inputs, device, block_ms: float):
@@ -180,13 +190,11 @@ def vm_run_timer(vm, inputs, device, block_ms: float):
     :func:`vm_block_timer`."""
     import math
 
-    import tvm
-
-    vm.set_input("main", *[tvm.runtime.tensor(a, device) for a in inputs.values()])
-    once_s = max(float(vm.time_evaluator("invoke_stateful", device, number=1, repeat=1)("main").mean), 1e-7)
+    entry = set_entry_input(vm, inputs, device)
+    once_s = max(float(vm.time_evaluator("invoke_stateful", device, number=1, repeat=1)(entry).mean), 1e-7)
     runs = max(3, math.ceil(block_ms * 1e-3 / once_s))
     f = vm.time_evaluator("invoke_stateful", device, number=1, repeat=runs)
-    return lambda: [float(r) * 1e3 for r in f("main").results]
+    return lambda: [float(r) * 1e3 for r in f(entry).results]
 
 
 def call_block_timer(call, block_ms: float):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dynatune.model.constant_folding import is_tensor_constant
 from dynatune.model.flat_storage import kernel_calls, read_outside_kernel_calls, static_shape
+from dynatune.model.main_rewrite import rewritten
 
 
 def keep_storages_resident_pass():
@@ -53,26 +54,9 @@ def keep_storages_resident(mod):
     kept, by_view = _resident_views(main, dict(kernel_calls(mod, main)))
     if not kept:
         return mod
-    dropped = kept | set(by_view)
-    blocks = []
-    for block in main.body.blocks:
-        bindings = []
-        for b in block.bindings:
-            if b.var in dropped:
-                continue
-            call = getattr(b, "value", None)
-            if isinstance(call, relax.Call) and any(a in by_view for a in call.args):
-                args = [by_view.get(a, a) for a in call.args]
-                b = relax.VarBinding(
-                    b.var, relax.Call(call.op, args, call.attrs, call.ty_args, ret_ty=call.ty)
-                )
-            bindings.append(b)
-        blocks.append(type(block)(bindings))
-    body = relax.SeqExpr(blocks, main.body.body)
+    func = rewritten(main, kept | set(by_view), by_view)
     builder = relax.BlockBuilder(mod)
-    builder.update_func(
-        mod.get_global_var("main"), relax.Function(main.params, body, main.ret_ty, main.is_pure, main.attrs)
-    )
+    builder.update_func(mod.get_global_var("main"), func)
     return builder.get()
 
 

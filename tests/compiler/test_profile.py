@@ -136,6 +136,8 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny_model, tiny_tasks
             assert k["name"] == tasks[k["task"]].name and k["calls"] == tasks[k["task"]].weight
             assert k["name"] in prof["kernels_timed_by_call"] and k["alone_ms"] > 0
     assert not any(k["name"].startswith("vm.builtin.") for k in prof["kernels"] if k["task"] is not None)
+    # the runs a user's loader makes (main_into, on outputs made once): nothing allocated
+    assert not [k["name"] for k in prof["kernels"] if k["name"].startswith("vm.builtin.alloc")]
     # the model time splits into kernels, other calls and time between calls; the gap to the estimate too
     m = prof["model_ms"]
     assert m > 0 and prof["kernel_ms"] > 0

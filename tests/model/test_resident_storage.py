@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import repeated_blocks_onnx, run_in_plain_tvm, vm_calls
+from helpers import function_text, repeated_blocks_onnx, run_in_plain_tvm, vm_calls
 
 from dynatune.compiler.compile import build, export, verify
 from dynatune.compiler.execution import relax_vm
@@ -32,8 +32,10 @@ def test_each_storage_is_a_tensor_of_its_own(repeated):
     import re
 
     model, executable = repeated
-    text = executable.as_text()
-    kernel = next(name for name, n in vm_calls(text).items() if n == 4 and not name.startswith("vm."))
+    text = function_text(executable.as_text())
+    kernel = next(
+        name for name, n in vm_calls(executable.as_text()).items() if n == 4 and not name.startswith("vm.")
+    )
     sites = re.findall(rf"call  {kernel} in: (c\[\d+\]), c\[\d+\], c\[\d+\], (c\[\d+\])", text)
     assert len(sites) == 4 and len({s for pair in sites for s in pair}) == 2, sites
     assert all(src != dst for src, dst in sites)

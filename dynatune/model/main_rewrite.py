@@ -1,0 +1,51 @@
+"""A lowered ``main`` with some bindings gone and some variables read as others: what the finalize passes
+that re-plan a model's memory (:mod:`dynatune.model.resident_storage`,
+:mod:`dynatune.model.destination_entry`) build from it."""
+
+from __future__ import annotations
+
+
+def rewritten(func, dropped: set, replaced: dict, extra_params: list = ()):
+    """``func`` (a Relax function of binding blocks) without the bindings of ``dropped``, reading each
+    variable of ``replaced`` as its value (in calls' arguments, tuples and what it returns), with
+    ``extra_params`` after its own. Raises ``ValueError`` where a dropped variable is still read (in an
+    expression this does not rewrite): the function would not be well formed."""
+    from tvm import relax
+
+    def swap(expr):
+        if isinstance(expr, relax.Var):
+            return replaced.get(expr, expr)
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([swap(f) for f in expr.fields])
+        if isinstance(expr, relax.TupleGetItem):
+            return relax.TupleGetItem(swap(expr.tuple_value), expr.index)
+        if isinstance(expr, relax.Call) and any(_reads(a, replaced) for a in expr.args):
+            return relax.Call(expr.op, [swap(a) for a in expr.args], expr.attrs, expr.ty_args, ret_ty=expr.ty)
+        return expr
+
+    blocks = []
+    for block in func.body.blocks:
+        bindings = []
+        for b in block.bindings:
+            if b.var in dropped:
+                continue
+            if isinstance(b, relax.VarBinding) and _reads(b.value, replaced):
+                b = relax.VarBinding(b.var, swap(b.value))
+            bindings.append(b)
+        blocks.append(type(block)(bindings))
+    params = [*func.params, *extra_params]
+    new = relax.Function(
+        params, relax.SeqExpr(blocks, swap(func.body.body)), func.ret_ty, func.is_pure, func.attrs
+    )
+    left = [v for v in relax.analysis.free_vars(new) if v in dropped]
+    if left:
+        raise ValueError(f"{left[0].name} is still read after its binding was dropped")
+    return new
+
+
+def _reads(expr, variables) -> bool:
+    from tvm import relax
+
+    found = []
+    relax.analysis.post_order_visit(expr, lambda e: found.append(e) if isinstance(e, relax.Var) else None)
+    return any(v in variables for v in found)
