@@ -38,9 +38,14 @@ extra, not the runtime's; asked for, never picked up because it happens to be in
 INFERENCE_PRECISION_HINT=f32)``, an infer request's ``infer(inputs)``, in the same rotation; the row then
 gives dynatune against the faster of ONNX Runtime and OpenVINO (issue #55's target): the fastest blocks, and
 round by round (``vs_fastest_min``, ``vs_fastest_max``).
-Each process starts with no ``TVM_*``, ``OMP_*`` or ``DYNATUNE_*`` variable. The machine's load is probed
-before each process (dynatune.machine.load); a busy one is reported, not hidden. Target (issue #54): the
-loader's and pyfunc's ratio within 10 % of the run's. Results go to ``bench/results/deployed_speed.json``.
+A process whose ONNX Runtime's fastest block is over :data:`SLOW_ONNXRUNTIME` times the row's fastest ran in
+a slow spell of the shared machine (both sides slow, ONNX Runtime more: its ratio flatters dynatune, and the
+load probe does not see it): it is marked ``onnxruntime_slow``, a way timed once is timed again (up to
+:data:`SLOW_RETRIES` times), and the row's dynatune / the faster runtime is read from the OpenVINO rotation's
+processes that were not slow. Each process starts with no ``TVM_*``, ``OMP_*`` or ``DYNATUNE_*`` variable.
+The machine's load is probed before each process (dynatune.machine.load); a busy one is reported, not
+hidden. Target (issue #54): the loader's and pyfunc's ratio within 10 % of the run's. Results go to
+``bench/results/deployed_speed.json``.
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ import tempfile
 from bench.harness import parser, results_path, write_json
 
 RUN_WAY, OPENVINO_WAY = "run's timing, again", "loader beside OpenVINO"
+# a process whose ONNX Runtime's fastest block is this much slower than the fastest of the row's processes
+# ran in a slow spell of the shared machine: both sides slow, ONNX Runtime more (mnasnet0_5: 1.22 ms against
+# 0.70, dynatune 0.86 against 0.63), so its ratio flatters dynatune. A way timed once is timed again then
+SLOW_ONNXRUNTIME = 1.15
+SLOW_RETRIES = 2
 REPEATED = (RUN_WAY, "loader", "pyfunc")  # timed --repeats times each, interleaved
 ONCE = (OPENVINO_WAY, "plain TVM", "plain TVM, TVM_NUM_THREADS")
 
@@ -190,6 +200,7 @@ def one_timing(way: str, spec: dict, meta: dict, model) -> dict:
         fastest = [a / min(b, c) for a, b, c in zip(got["ms"], got["ort_ms"], got["openvino_ms"])]
         out |= {
             "openvino_ms": float(np.median(got["openvino_ms"])),
+            "openvino_ms_best": min(got["openvino_ms"]),
             "openvino_vs_onnxruntime": best_ratio(got["openvino_ms"], got["ort_ms"]),
             # the fastest blocks: dynatune's against the faster runtime's; round by round beside it
             "vs_fastest": best_ratio(got["ms"], got["ort_ms"] + got["openvino_ms"]),
@@ -212,7 +223,6 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
     interleaved (run's timing, loader, pyfunc, run's timing, ...), the others once; per way each side's
     fastest block among its processes (:func:`one_timing`), with the processes' own ratios' min and max."""
 
-    from dynatune.compiler.timing import best_ratio
     from dynatune.files import WorkDir
     from dynatune.model.importer import load_model
     from dynatune.run.summary import RunSummary
@@ -254,40 +264,36 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
         }
         for way in order:
             t = one_timing(way, spec, meta, model)
-            row["ways"].setdefault(way, {"processes": []})["processes"].append(t)
-            print(
-                f"{summary.model:28s} {way:28s} ratio {t['ratio']:.3f} "
-                f"({t['ratio_min']:.3f}-{t['ratio_max']:.3f}); {t['ms']:.3f} ms vs ONNX Runtime "
-                f"{t['onnxruntime_ms']:.3f} ms"
-                + (
-                    f"; OpenVINO / ORT {t['openvino_vs_onnxruntime']:.3f}, dynatune / the faster "
-                    f"{t['vs_fastest']:.3f}"
-                    if "vs_fastest" in t
-                    else ""
-                )
-                + (
-                    f"; its model called directly {t['unwrapped_ratio']:.3f} (pyfunc / direct "
-                    f"{t['vs_unwrapped']:.3f})"
-                    if "vs_unwrapped" in t
-                    else ""
-                )
-                + (
-                    f"; {t['threads']} threads; loaded in {t['load_s']:.2f} s"
-                    if t["load_s"] is not None
-                    else ""
-                ),
-                flush=True,
-            )
+            for _ in range(SLOW_RETRIES if way in ONCE else 0):
+                if not _slow(t, _ort_floor(row)):
+                    break
+                _record(row, way, t, summary.model)
+                t = one_timing(way, spec, meta, model)
+            _record(row, way, t, summary.model)
+    return summarize_ways(row, summary.ratio_vs_onnxruntime)
+
+
+def summarize_ways(row: dict, run_ratio: float | None) -> dict:
+    """``row`` with each way's figures over its processes, each process marked where ONNX Runtime ran in a
+    slow spell (:data:`SLOW_ONNXRUNTIME`), and each way held against the run's ratio and the run's timing
+    again."""
+    from dynatune.compiler.timing import best_ratio
+
     rerun = None
+    floor = _ort_floor(row)
     for way, w in row["ways"].items():
         # as a run reports it: each side's fastest block among all the way's processes; the min-max of
         # the processes' own ratios beside it
         processes = w["processes"]
+        for p in processes:
+            p["onnxruntime_slow"] = _slow(p, floor)
         fastest = [p["ms_best"] for p in processes], [p["onnxruntime_ms_best"] for p in processes]
         w |= {
             "ratio": best_ratio(*fastest),
             "ratio_min": min(p["ratio"] for p in processes),
             "ratio_max": max(p["ratio"] for p in processes),
+            # every process in a slow spell (SLOW_ONNXRUNTIME): the ratio flatters dynatune
+            "onnxruntime_slow": all(p["onnxruntime_slow"] for p in processes),
         }
         if "unwrapped_ms_best" in processes[0]:  # pyfunc's model called directly, MLflow bypassed
             direct = [p["unwrapped_ms_best"] for p in processes]
@@ -295,14 +301,59 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
                 "unwrapped_ratio": best_ratio(direct, fastest[1]),
                 "vs_unwrapped": best_ratio(fastest[0], direct),
             }
+        if (
+            "vs_fastest" in processes[0]
+        ):  # OpenVINO's rotation, over the processes ONNX Runtime ran at speed in
+            kept = [p for p in processes if not p["onnxruntime_slow"]] or processes
+            runtimes = [min(p["onnxruntime_ms_best"], p["openvino_ms_best"]) for p in kept]
+            w |= {
+                "vs_fastest": best_ratio([p["ms_best"] for p in kept], runtimes),
+                "openvino_vs_onnxruntime": best_ratio(
+                    [p["openvino_ms_best"] for p in kept], [p["onnxruntime_ms_best"] for p in kept]
+                ),
+            }
         if way == RUN_WAY:
             rerun = w["ratio"]
     for w in row["ways"].values():
-        w["vs_run"] = w["ratio"] / summary.ratio_vs_onnxruntime if summary.ratio_vs_onnxruntime else None
+        w["vs_run"] = w["ratio"] / run_ratio if run_ratio else None
         w["vs_rerun"] = w["ratio"] / rerun if rerun else None
-        if "unwrapped_ratio" in w and summary.ratio_vs_onnxruntime:
-            w["unwrapped_vs_run"] = w["unwrapped_ratio"] / summary.ratio_vs_onnxruntime
+        if "unwrapped_ratio" in w and run_ratio:
+            w["unwrapped_vs_run"] = w["unwrapped_ratio"] / run_ratio
     return row
+
+
+def _ort_floor(row: dict) -> float:
+    """ONNX Runtime's fastest block among the row's processes so far (inf before the first)."""
+    times = [p["onnxruntime_ms_best"] for w in row["ways"].values() for p in w["processes"]]
+    return min(times, default=float("inf"))
+
+
+def _slow(process: dict, floor: float) -> bool:
+    return process["onnxruntime_ms_best"] > SLOW_ONNXRUNTIME * floor
+
+
+def _record(row: dict, way: str, t: dict, model: str) -> None:
+    """One process of ``way`` kept in ``row``, and printed."""
+    row["ways"].setdefault(way, {"processes": []})["processes"].append(t)
+    print(
+        f"{model:28s} {way:28s} ratio {t['ratio']:.3f} "
+        f"({t['ratio_min']:.3f}-{t['ratio_max']:.3f}); {t['ms']:.3f} ms vs ONNX Runtime "
+        f"{t['onnxruntime_ms']:.3f} ms"
+        + (
+            f"; OpenVINO / ORT {t['openvino_vs_onnxruntime']:.3f}, dynatune / the faster "
+            f"{t['vs_fastest']:.3f}"
+            if "vs_fastest" in t
+            else ""
+        )
+        + (
+            f"; its model called directly {t['unwrapped_ratio']:.3f} (pyfunc / direct "
+            f"{t['vs_unwrapped']:.3f})"
+            if "vs_unwrapped" in t
+            else ""
+        )
+        + (f"; {t['threads']} threads; loaded in {t['load_s']:.2f} s" if t["load_s"] is not None else ""),
+        flush=True,
+    )
 
 
 def main(argv=None) -> dict:
