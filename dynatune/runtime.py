@@ -16,7 +16,8 @@ it was timed, and the latency and ratio to ONNX Runtime that were measured, with
 TVM uses half of an x86 machine's cores). It refuses, with one line (:class:`ArtifactError`), a CPU that
 lacks a feature the library was built for (checked against the running CPU before the library is loaded:
 loading it anyway would end the process with an illegal instruction), and :meth:`TunedModel.predict`
-refuses inputs whose names, shapes or dtypes are not the model's.
+refuses inputs whose names, shapes or dtypes are not the model's. Its inputs and outputs are tensors made
+once (:class:`VMCall`: the library's ``main_into`` writes the outputs), so a run allocates nothing.
 
 This module is self-contained: it imports the standard library, numpy and TVM's runtime, never the rest
 of dynatune, Prefect or MLflow. The MLflow model of a run (:mod:`dynatune.tasks.tuned_model`) ships it as its
