@@ -163,8 +163,12 @@ def test_a_roofline_measured_on_busy_cores_is_measured_again_next_run(monkeypatc
     (path,) = glob.glob(os.path.join(tmp_path, "*.json"))
     with open(path) as f:
         assert json.load(f)["under_load"]
-    # the next run measures again (counted quiet here, whatever else shares this machine's cores)
-    again = machine_roofline(cpu_target, cache_dir=str(tmp_path), quiet=calm_policy())
+    # the next run measures again (counted quiet here, whatever else shares this machine's cores; its GEMM
+    # cross-check can still find the FMA loop slowed by the suite's other worker: then the run after measures)
+    for _ in range(3):
+        again = machine_roofline(cpu_target, cache_dir=str(tmp_path), quiet=calm_policy())
+        if not again.under_load:
+            break
     assert not again.under_load and again.load is not None and again.load != loaded.load
     assert again.peak_flops >= loaded.peak_flops and again.bandwidth >= loaded.bandwidth
     assert all(again.peaks[name] >= peak for name, peak in loaded.peaks.items())
