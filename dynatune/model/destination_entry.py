@@ -49,7 +49,7 @@ def add_destination_entry(mod):
     params = {tensor: relax.Var(f"{tensor.name}_out", tensor.ty) for tensor in outputs}
     dropped = set(params) | set(outputs.values())
     try:
-        func = rewritten(main, dropped, params, extra_params=list(params.values()))
+        func = rewritten(main, dropped, params, extra_params=list(params.values()), fresh=True)
     except ValueError:  # (an output read where this cannot pass the caller's tensor instead)
         return mod
     func = func.with_attr("global_symbol", INTO_ENTRY)

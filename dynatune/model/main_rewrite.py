@@ -5,12 +5,19 @@ that re-plan a model's memory (:mod:`dynatune.model.resident_storage`,
 from __future__ import annotations
 
 
-def rewritten(func, dropped: set, replaced: dict, extra_params: list = ()):
+def rewritten(func, dropped: set, replaced: dict, extra_params: list = (), fresh: bool = False):
     """``func`` (a Relax function of binding blocks) without the bindings of ``dropped``, reading each
     variable of ``replaced`` as its value (in calls' arguments, tuples and what it returns), with
     ``extra_params`` after its own. Raises ``ValueError`` where a dropped variable is still read (in an
-    expression this does not rewrite): the function would not be well formed."""
+    expression this does not rewrite): the function would not be well formed. ``fresh``: every parameter and
+    bound variable a new one (a function beside ``func`` in one module: a variable is one function's)."""
     from tvm import relax
+
+    replaced = dict(replaced)
+    params = [*func.params, *extra_params]
+    if fresh:
+        replaced |= {p: relax.Var(p.name, p.ty) for p in func.params}
+        params = [replaced.get(p, p) for p in params]
 
     def swap(expr):
         if isinstance(expr, relax.Var):
@@ -29,11 +36,13 @@ def rewritten(func, dropped: set, replaced: dict, extra_params: list = ()):
         for b in block.bindings:
             if b.var in dropped:
                 continue
-            if isinstance(b, relax.VarBinding) and _reads(b.value, replaced):
+            if fresh and isinstance(b, relax.VarBinding):
+                replaced[b.var] = relax.Var(b.var.name, b.var.ty)
+                b = relax.VarBinding(replaced[b.var], swap(b.value))
+            elif isinstance(b, relax.VarBinding) and _reads(b.value, replaced):
                 b = relax.VarBinding(b.var, swap(b.value))
             bindings.append(b)
         blocks.append(type(block)(bindings))
-    params = [*func.params, *extra_params]
     new = relax.Function(
         params, relax.SeqExpr(blocks, swap(func.body.body)), func.ret_ty, func.is_pure, func.attrs
     )

@@ -157,3 +157,24 @@ def test_the_exported_library_has_main_into_in_plain_tvm(repeated, tmp_path):
         "assert 'dynatune' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code, artifact, str(tmp_path / "x.npy")], check=True, cwd=tmp_path)
+
+
+def test_main_into_has_variables_of_its_own(repeated, cpu_target):
+    """TVM's well-formedness: a variable belongs to one function (``main_into`` is built from ``main``)."""
+    import tvm
+    from tvm import relax
+
+    from dynatune.compiler.compile import finalize_passes
+    from dynatune.model.extract import Lowering, backend_passes, fuse_passes
+
+    model, _ = repeated
+    passes = finalize_passes(cpu_target)
+    upto = [p.info.name for p in passes].index("AddDestinationEntry") + 1
+    with cpu_target, tvm.transform.PassContext(opt_level=3):
+        lowered = tvm.transform.Sequential(
+            fuse_passes(cpu_target, Lowering()) + backend_passes(cpu_target, "dataflow_lower_passes")
+        )(model.bound_module())
+        mod = tvm.transform.Sequential(passes[:upto])(lowered)
+    assert INTO_ENTRY in [gv.name_hint for gv in mod.functions]
+    relax.analysis.well_formed(mod, False)  # (raises on a variable of two functions; types not checked:
+    # the kernels' flat parameters differ from their arguments' types by design)
