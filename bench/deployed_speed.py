@@ -302,9 +302,8 @@ def summarize_ways(row: dict, run_ratio: float | None) -> dict:
                 "unwrapped_ratio": best_ratio(direct, fastest[1]),
                 "vs_unwrapped": best_ratio(fastest[0], direct),
             }
-        if (
-            "vs_fastest" in processes[0]
-        ):  # OpenVINO's rotation, over the processes ONNX Runtime ran at speed in
+        if "vs_fastest" in processes[0]:
+            # OpenVINO's rotation, over the processes ONNX Runtime ran at speed in
             kept = [p for p in processes if not p["onnxruntime_slow"]] or processes
             runtimes = [min(p["onnxruntime_ms_best"], p["openvino_ms_best"]) for p in kept]
             w |= {

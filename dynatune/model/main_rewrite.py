@@ -19,15 +19,22 @@ def rewritten(func, dropped: set, replaced: dict, extra_params: list = (), fresh
         replaced |= {p: relax.Var(p.name, p.ty) for p in func.params}
         params = [replaced.get(p, p) for p in params]
 
-    def swap(expr):
+    def swap(expr):  # ``expr`` itself where nothing in it is replaced
         if isinstance(expr, relax.Var):
             return replaced.get(expr, expr)
         if isinstance(expr, relax.Tuple):
-            return relax.Tuple([swap(f) for f in expr.fields])
+            fields = [swap(f) for f in expr.fields]
+            return expr if _same(fields, expr.fields) else relax.Tuple(fields)
         if isinstance(expr, relax.TupleGetItem):
-            return relax.TupleGetItem(swap(expr.tuple_value), expr.index)
-        if isinstance(expr, relax.Call) and any(_reads(a, replaced) for a in expr.args):
-            return relax.Call(expr.op, [swap(a) for a in expr.args], expr.attrs, expr.ty_args, ret_ty=expr.ty)
+            inner = swap(expr.tuple_value)
+            return expr if inner.same_as(expr.tuple_value) else relax.TupleGetItem(inner, expr.index)
+        if isinstance(expr, relax.Call):
+            args = [swap(a) for a in expr.args]
+            return (
+                expr
+                if _same(args, expr.args)
+                else relax.Call(expr.op, args, expr.attrs, expr.ty_args, ret_ty=expr.ty)
+            )
         return expr
 
     blocks = []
@@ -36,11 +43,12 @@ def rewritten(func, dropped: set, replaced: dict, extra_params: list = (), fresh
         for b in block.bindings:
             if b.var in dropped:
                 continue
-            if fresh and isinstance(b, relax.VarBinding):
-                replaced[b.var] = relax.Var(b.var.name, b.var.ty)
-                b = relax.VarBinding(replaced[b.var], swap(b.value))
-            elif isinstance(b, relax.VarBinding) and _reads(b.value, replaced):
-                b = relax.VarBinding(b.var, swap(b.value))
+            if isinstance(b, relax.VarBinding):
+                value, var = swap(b.value), b.var
+                if fresh:
+                    var = replaced[b.var] = relax.Var(b.var.name, b.var.ty)
+                if not (var.same_as(b.var) and value.same_as(b.value)):
+                    b = relax.VarBinding(var, value)
             bindings.append(b)
         blocks.append(type(block)(bindings))
     new = relax.Function(
@@ -52,9 +60,5 @@ def rewritten(func, dropped: set, replaced: dict, extra_params: list = (), fresh
     return new
 
 
-def _reads(expr, variables) -> bool:
-    from tvm import relax
-
-    found = []
-    relax.analysis.post_order_visit(expr, lambda e: found.append(e) if isinstance(e, relax.Var) else None)
-    return any(v in variables for v in found)
+def _same(new: list, old) -> bool:
+    return all(n.same_as(o) for n, o in zip(new, old))
