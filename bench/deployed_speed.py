@@ -38,11 +38,11 @@ extra, not the runtime's; asked for, never picked up because it happens to be in
 INFERENCE_PRECISION_HINT=f32)``, an infer request's ``infer(inputs)``, in the same rotation; the row then
 gives dynatune against the faster of ONNX Runtime and OpenVINO (issue #55's target): the fastest blocks, and
 round by round (``vs_fastest_min``, ``vs_fastest_max``).
-A process whose ONNX Runtime's fastest block is over :data:`SLOW_ONNXRUNTIME` times the row's fastest ran in
-a slow spell of the shared machine (both sides slow, ONNX Runtime more: its ratio flatters dynatune, and the
-load probe does not see it): it is marked ``onnxruntime_slow``, the OpenVINO rotation is timed again (up to
-:data:`SLOW_RETRIES` times), and the row's dynatune / the faster runtime is read from its processes that were
-not slow. Each process starts with no ``TVM_*``, ``OMP_*`` or ``DYNATUNE_*`` variable.
+A process whose ONNX Runtime's fastest block is over ``QuietPolicy.slow_onnxruntime`` times the row's
+fastest ran in a slow spell of the shared machine (both sides slow, ONNX Runtime more: its ratio flatters
+dynatune, and the load probe does not see it): it is marked ``onnxruntime_slow``, the OpenVINO rotation is
+timed again (up to :data:`SLOW_RETRIES` times), and the row's dynatune / the faster runtime is read from its
+processes that were not slow. Each process starts with no ``TVM_*``, ``OMP_*`` or ``DYNATUNE_*`` variable.
 The machine's load is probed before each process (dynatune.machine.load); a busy one is reported, not
 hidden. Target (issue #54): the loader's and pyfunc's ratio within 10 % of the run's. Results go to
 ``bench/results/deployed_speed.json``.
@@ -59,11 +59,11 @@ import tempfile
 from bench.harness import parser, results_path, write_json
 
 RUN_WAY, OPENVINO_WAY = "run's timing, again", "loader beside OpenVINO"
-# a process whose ONNX Runtime's fastest block is this much slower than the fastest of the row's processes
-# ran in a slow spell of the shared machine: both sides slow, ONNX Runtime more (mnasnet0_5: 1.22 ms against
-# 0.70, dynatune 0.86 against 0.63), so its ratio flatters dynatune. The OpenVINO rotation (timed once; the
-# target's figure) is timed again then. (Plain TVM's ways slow ONNX Runtime themselves: TVM's default spin)
-SLOW_ONNXRUNTIME = 1.15
+# a process whose ONNX Runtime's fastest block is over QuietPolicy.slow_onnxruntime times the fastest of the
+# row's processes ran in a slow spell of the shared machine: both sides slow, ONNX Runtime more (mnasnet0_5:
+# 1.22 ms against 0.70, dynatune 0.86 against 0.63), so its ratio flatters dynatune. The OpenVINO rotation
+# (timed once; the target's figure) is timed again then, up to this many times. (Plain TVM's ways slow ONNX
+# Runtime themselves: TVM's default spin)
 SLOW_RETRIES = 2
 REPEATED = (RUN_WAY, "loader", "pyfunc")  # timed --repeats times each, interleaved
 ONCE = (OPENVINO_WAY, "plain TVM", "plain TVM, TVM_NUM_THREADS")
@@ -247,6 +247,7 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
         "run_ratio_min": summary.ratio_vs_onnxruntime_min,
         "run_ratio_max": summary.ratio_vs_onnxruntime_max,
         "run_under_load": summary.timing_under_load,
+        "run_onnxruntime_slow": summary.timing_onnxruntime_slow,
         "ways": {},
     }
     order = [w for _ in range(repeats) for w in REPEATED] + [
@@ -276,8 +277,8 @@ def measure(work_dir: str, rounds: int, block_ms: float, repeats: int, with_open
 
 def summarize_ways(row: dict, run_ratio: float | None) -> dict:
     """``row`` with each way's figures over its processes, each process marked where ONNX Runtime ran in a
-    slow spell (:data:`SLOW_ONNXRUNTIME`), and each way held against the run's ratio and the run's timing
-    again."""
+    slow spell (``QuietPolicy.slow_onnxruntime``), and each way held against the run's ratio and the run's
+    timing again."""
     from dynatune.compiler.timing import best_ratio
 
     rerun = None
@@ -293,7 +294,7 @@ def summarize_ways(row: dict, run_ratio: float | None) -> dict:
             "ratio": best_ratio(*fastest),
             "ratio_min": min(p["ratio"] for p in processes),
             "ratio_max": max(p["ratio"] for p in processes),
-            # every process in a slow spell (SLOW_ONNXRUNTIME): the ratio flatters dynatune
+            # every process in a slow spell (QuietPolicy.slow_onnxruntime): the ratio flatters dynatune
             "onnxruntime_slow": all(p["onnxruntime_slow"] for p in processes),
         }
         if "unwrapped_ms_best" in processes[0]:  # pyfunc's model called directly, MLflow bypassed
@@ -329,7 +330,9 @@ def _ort_floor(row: dict) -> float:
 
 
 def _slow(process: dict, floor: float) -> bool:
-    return process["onnxruntime_ms_best"] > SLOW_ONNXRUNTIME * floor
+    from dynatune.machine.load import QuietPolicy
+
+    return QuietPolicy().slow(process["onnxruntime_ms_best"], floor)
 
 
 def _record(row: dict, way: str, t: dict, model: str) -> None:

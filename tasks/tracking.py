@@ -85,6 +85,9 @@ class MlflowCallback(RunCallback):
         t.set_tags({"never_tuned_tasks": len(summary.never_tuned_tasks)})
         if summary.timing_under_load:  # the ratio is not a fair one: say so, with the load figure
             t.set_tags({"timing_under_load": f"{summary.timing_load_cores or 0.0:.2f} cores busy"})
+        if summary.timing_onnxruntime_slow:  # ... nor in a slow spell: with ONNX Runtime's time alone
+            alone = summary.onnxruntime_reference_ms or 0.0
+            t.set_tags({"timing_onnxruntime_slow": f"ONNX Runtime over its {alone:.3f} ms alone"})
         if summary.library:
             lib = summary.library
             t.set_tags(
@@ -119,6 +122,7 @@ FINAL_METRICS = (
     "latency_ms",
     "untuned_latency_ms",
     "onnxruntime_latency_ms",
+    "onnxruntime_reference_ms",
     "max_rel_err",
     "max_abs_err",
     "speedup_vs_untuned",

@@ -81,6 +81,8 @@ def record_timing(library: str, sbs) -> dict:
         "rounds": len(sbs.tvm_ms),
         "under_load": bool(sbs.under_load),
         "load_cores": sbs.load_cores,
+        "onnxruntime_slow": bool(sbs.onnxruntime_slow),
+        "onnxruntime_reference_ms": sbs.onnxruntime_reference_ms,
         "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     write(library, meta)

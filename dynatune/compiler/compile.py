@@ -85,6 +85,10 @@ class CompileReport:
     timing_under_load: bool = False
     timing_load_cores: float | None = None
     timing_attempts: int = 0
+    # ONNX Runtime ran over QuietPolicy.slow_onnxruntime times its reference (alone, at the run's start:
+    # onnxruntime_reference_ms) in every try: a slow spell, not a fair ratio (dynatune.compiler.fresh_timing)
+    timing_onnxruntime_slow: bool = False
+    onnxruntime_reference_ms: float | None = None
     # the relative error on each of the verification inputs (max_rel_err is their max), and their seeds
     max_rel_err_per_input: list[float] = field(default_factory=list)
     verify_seeds: list[int] = field(default_factory=list)
@@ -256,11 +260,14 @@ def compile_and_verify(
     lowering: Lowering = Lowering(),
     quiet: QuietPolicy = QuietPolicy(),
     timing_processes: int = 3,
+    onnxruntime_reference_ms: float | None = None,
     on_stage=None,
 ) -> CompileReport:
     """``on_stage(name)`` is called as each stage starts: "compile", "verify", "timing", "untuned model".
     The artifact's metadata (:mod:`dynatune.compiler.artifact_metadata`) is written beside it once it is
-    verified, and gets the side-by-side timing once that is taken."""
+    verified, and gets the side-by-side timing once that is taken; a timing whose ONNX Runtime runs slow
+    against ``onnxruntime_reference_ms`` is tried again, then flagged
+    (:func:`dynatune.compiler.fresh_timing.time_in_fresh_process`)."""
     import tvm
 
     from dynatune.machine.target import target_device
@@ -291,6 +298,7 @@ def compile_and_verify(
             seed=seed,
             quiet=quiet,
             processes=timing_processes,
+            reference_ms=onnxruntime_reference_ms,
         )
         artifact_metadata.record_timing(artifact_path, sbs)
         lat, std, ort_ms = sbs.tvm_median_ms, float(np.std(sbs.tvm_ms)), sbs.ort_median_ms
@@ -303,6 +311,8 @@ def compile_and_verify(
             timing_under_load=sbs.under_load,
             timing_load_cores=sbs.load_cores,
             timing_attempts=sbs.attempts,
+            timing_onnxruntime_slow=sbs.onnxruntime_slow,
+            onnxruntime_reference_ms=onnxruntime_reference_ms,
         )
     else:
         (lat, std), ort_ms = time_vm(vm, model, inputs, dev, repeat=repeat), None

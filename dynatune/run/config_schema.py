@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from dynatune import secrets
+from dynatune.machine.load import QuietPolicy
 from dynatune.model.extract import Lowering
 from dynatune.model.layout import CONV_LAYOUTS
 from dynatune.run.config_messages import describe, dotted, number, quote_hint, short
@@ -84,6 +85,10 @@ class CompileSection(Section):
     # it is kept as taken under load (dynatune.machine.load)
     timing_attempts: int = Field(3, ge=1)
     timing_wait_s: float = Field(10.0, ge=0)
+    # ... and so is one whose ONNX Runtime's fastest block is over this many times ONNX Runtime's alone at
+    # the run's start: a slow spell of a shared machine, which the load probe does not see (0: not checked,
+    # no reference taken)
+    timing_slow_onnxruntime: float = Field(QuietPolicy.slow_onnxruntime, ge=0)
     # the final timing against ONNX Runtime runs in this many fresh processes, one after another; the ratio
     # takes each side's fastest block among them all (one process's ratio moves by 10-20 % from one process
     # to the next here)
@@ -100,9 +105,11 @@ class CompileSection(Section):
 
     def quiet(self):
         """When a timing against ONNX Runtime counts as quiet, and how often it is tried on a busy machine."""
-        from dynatune.machine.load import QuietPolicy
-
-        return QuietPolicy(wait_s=self.timing_wait_s, attempts=self.timing_attempts)
+        return QuietPolicy(
+            wait_s=self.timing_wait_s,
+            attempts=self.timing_attempts,
+            slow_onnxruntime=self.timing_slow_onnxruntime,
+        )
 
 
 class TrackingSection(Section):

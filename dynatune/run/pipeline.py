@@ -75,9 +75,12 @@ def tune_round(tuner, round_no: int):
     return tuner.step()
 
 
-def compile_verify(model, target, database, cfg, artifact: str, on_stage=None, lowering=None):
+def compile_verify(
+    model, target, database, cfg, artifact: str, on_stage=None, lowering=None, onnxruntime_reference_ms=None
+):
     """``on_stage(name)``: called as compile, verify and timing start. ``lowering``: the config's unless
-    the run chose another (:mod:`dynatune.compiler.winograd_choice`)."""
+    the run chose another (:mod:`dynatune.compiler.winograd_choice`). ``onnxruntime_reference_ms``: ONNX
+    Runtime's time alone at the run's start, what the timing's is held against (a slow spell)."""
     from dynatune.compiler.compile import compile_and_verify
     from dynatune.machine.target import usable_cores
 
@@ -93,6 +96,7 @@ def compile_verify(model, target, database, cfg, artifact: str, on_stage=None, l
         lowering=lowering or cfg.compile.lowering(),
         quiet=cfg.compile.quiet(),
         timing_processes=cfg.compile.timing_processes,
+        onnxruntime_reference_ms=onnxruntime_reference_ms,
         on_stage=on_stage,
     )
 
@@ -126,6 +130,7 @@ class TuningRun:
         self.library = None
         self.roofline = None  # this machine's, read or measured once per run (the beliefs' and the profile's)
         self._compiled_tasks = None  # what the profile reads, when the compiled model's tasks differ
+        self.onnxruntime_reference_ms = None  # ONNX Runtime alone at the start (the final timing's reference)
         self._lock = None
 
     def __enter__(self) -> "TuningRun":
@@ -168,6 +173,7 @@ class TuningRun:
             self.anchors = self._anchors()
             # a device farm measures elsewhere: this machine's roofline does not apply
             self.roofline = None if cfg.measure.rpc else machine_roofline(self.target)
+            self.onnxruntime_reference_ms = self._onnxruntime_reference()
             self.tuner = Tuner(
                 self.session,
                 cfg.scheduler.name,
@@ -207,6 +213,19 @@ class TuningRun:
             target=str(self.target),
         )
 
+    def _onnxruntime_reference(self) -> float | None:
+        """ONNX Runtime's fastest block alone, in a fresh process, before tuning: the final timing's ONNX
+        Runtime side is held against it to tell a slow spell (:mod:`dynatune.compiler.fresh_timing`). Taken
+        by every invocation, a resumed one too: the machine may not be the one the run started on."""
+        from dynatune.compiler.fresh_timing import onnxruntime_reference_ms
+        from dynatune.machine.target import usable_cores
+
+        c = self.cfg.compile
+        if not (c.measure_onnxruntime and c.timing_slow_onnxruntime):
+            return None
+        self.on_stage("onnxruntime reference", "ONNX Runtime's time alone, before tuning")
+        return onnxruntime_reference_ms(self.model, threads=usable_cores(), quiet=c.quiet())
+
     def start_event(self) -> RunStart:
         return RunStart(
             self.cfg,
@@ -239,6 +258,7 @@ class TuningRun:
             artifact or WorkDir(self.cfg.work_dir).model_so,
             on_stage=self.on_stage,
             lowering=lowering,
+            onnxruntime_reference_ms=self.onnxruntime_reference_ms,
         )
 
     def _choose_cold(self, database):
@@ -385,7 +405,8 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSumma
     parity_s = periodic.parity_s()  # with the final measurement, when there was one
     measured = {}
     if report is not None:  # no parity from a ratio taken on a busy machine
-        final_ratio = None if report.timing_under_load else report.ratio_vs_onnxruntime
+        fair = not (report.timing_under_load or report.timing_onnxruntime_slow)
+        final_ratio = report.ratio_vs_onnxruntime if fair else None
         parity_s = periodic.parity_s(elapsed_s, final_ratio)
         measured = dict(
             latency_ms=report.latency_ms,
@@ -405,6 +426,8 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSumma
             timing_under_load=report.timing_under_load,
             timing_load_cores=report.timing_load_cores,
             timing_attempts=report.timing_attempts,
+            timing_onnxruntime_slow=report.timing_onnxruntime_slow,
+            onnxruntime_reference_ms=report.onnxruntime_reference_ms,
         )
         if report.untuned_latency_ms:
             measured["speedup_vs_untuned"] = report.untuned_latency_ms / report.latency_ms

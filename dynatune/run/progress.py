@@ -201,14 +201,14 @@ class LiveView(RunCallback):
             left_out = ", ".join(s.estimate_excludes)
             lines.insert(2, f"  (the estimate leaves out tasks with no measured latency: {left_out})")
         if s.ratio_vs_onnxruntime is not None:
-            from dynatune.run.report import under_load_note
+            from dynatune.run.report import unfair_timing_note
 
             per = s.ratio_vs_onnxruntime_per_process or []
             processes = f"; {len(per)} processes {', '.join(f'{r:.3f}' for r in per)}" if len(per) > 1 else ""
             lines.append(
                 f"  TVM / ONNX Runtime side by side {s.ratio_vs_onnxruntime:.3f} (rounds "
                 f"{s.ratio_vs_onnxruntime_min:.3f}-{s.ratio_vs_onnxruntime_max:.3f}{processes})"
-                + (f" {under_load_note(s)}" if s.timing_under_load else "")
+                + (f" {unfair_timing_note(s)}" if unfair_timing_note(s) else "")
             )
         if s.max_rel_err is not None:
             per = s.max_rel_err_per_input or []

@@ -365,14 +365,24 @@ def _ratio_spread(summary: RunSummary) -> str:
     if r is None:
         return DASH
     text = f"{r:.3f}" if lo is None or hi is None else f"{r:.3f} ({lo:.3f}-{hi:.3f})"
-    return text + (f" {under_load_note(summary)}" if summary.timing_under_load else "")
+    note = unfair_timing_note(summary)
+    return text + (f" {note}" if note else "")
 
 
-def under_load_note(summary: RunSummary) -> str:
-    """What a summary whose side-by-side timing was taken on a busy machine says about it."""
-    load = _num(summary.timing_load_cores)
-    took = f"other work took {load:.2f} cores, " if load is not None else ""
-    return f"(taken under load: {took}{_int(summary.timing_attempts)} tries; not a fair ratio, no parity)"
+def unfair_timing_note(summary: RunSummary) -> str:
+    """What a summary says of its side-by-side timing when that is not a fair one ("" when it is): taken on
+    a busy machine, or in a slow spell (ONNX Runtime slower than alone before tuning, every try)."""
+    why = []
+    if summary.timing_under_load:
+        load = _num(summary.timing_load_cores)
+        why.append("taken under load" + (f": other work took {load:.2f} cores" if load is not None else ""))
+    if summary.timing_onnxruntime_slow:
+        ref = _num(summary.onnxruntime_reference_ms)
+        alone = f" ({ref:.3f} ms)" if ref is not None else ""
+        why.append(f"taken in a slow spell: ONNX Runtime over its time alone before tuning{alone}")
+    if not why:
+        return ""
+    return f"({'; '.join(why)}, {_int(summary.timing_attempts)} tries; not a fair ratio, no parity)"
 
 
 def compare_table(runs: dict[str, RunSummary | dict]) -> str:

@@ -114,6 +114,17 @@ class RunSummary(BaseModel):
         None, description="the cores other work and steal time took from that timing (dynatune.machine.load)"
     )
     timing_attempts: int | None = Field(None, description="side-by-side timings tried to get a quiet one")
+    timing_onnxruntime_slow: bool | None = Field(
+        None,
+        description="ONNX Runtime's fastest block in that timing stayed over compile.timing_slow_onnxruntime "
+        "times its reference through the retries: a slow spell of a shared machine, which flatters dynatune "
+        "(no parity is claimed from it)",
+    )
+    onnxruntime_reference_ms: float | None = Field(
+        None,
+        description="ONNX Runtime's fastest block alone, in a fresh process before tuning: the final "
+        "timing's reference (dynatune.compiler.fresh_timing.onnxruntime_reference_ms)",
+    )
     # -- periodic whole-model measurements ----------------------------------------------------------
     measurements: list[dict] = Field(
         default_factory=list,
@@ -172,6 +183,8 @@ class RunSummary(BaseModel):
         "timing_under_load",
         "timing_load_cores",
         "timing_attempts",
+        "timing_onnxruntime_slow",
+        "onnxruntime_reference_ms",
         "ratio_vs_onnxruntime_per_process",
         "speedup_vs_untuned",
         "speedup_vs_onnxruntime",

@@ -1,5 +1,7 @@
 """The load probe sees other work on this process's cores, and a final timing against ONNX Runtime taken
-while a busy process holds one core is retried, then flagged as taken under load, with the load figure."""
+while a busy process holds one core is retried, then flagged as taken under load, with the load figure; one
+whose ONNX Runtime runs slower than its reference (alone, before tuning) is retried, then flagged as taken
+in a slow spell."""
 
 import os
 import subprocess
@@ -79,3 +81,54 @@ def test_a_final_timing_on_a_busy_core_is_retried_then_flagged(tmp_path, tiny_on
     assert report.numerics_ok and report.ratio_vs_onnxruntime > 0
     assert report.timing_under_load and report.timing_attempts == 2
     assert report.timing_load_cores >= 0.7
+
+
+def test_slow_means_onnxruntime_over_its_reference():
+    policy = QuietPolicy(slow_onnxruntime=1.15)
+    assert not policy.slow(1.10, reference_ms=1.0) and policy.slow(1.20, reference_ms=1.0)
+    assert not policy.slow(5.0, reference_ms=None)  # no reference: nothing to hold it against
+    assert not QuietPolicy(slow_onnxruntime=0).slow(5.0, reference_ms=1.0)  # the check turned off
+
+
+@pytest.mark.slow  # a small model; ONNX Runtime alone, then three timings, in fresh processes (~12 s)
+def test_a_final_timing_slower_than_its_reference_is_retried_then_flagged(tmp_path, tiny_onnx, cpu_target):
+    """A slow spell is made here by holding the timing against a reference a third of ONNX Runtime's real
+    time alone: every try reads slow. Against a reference far above it, the first try is kept."""
+    from dynatune.compiler.compile import compile_and_verify
+    from dynatune.compiler.fresh_timing import onnxruntime_reference_ms
+    from dynatune.model.importer import load_model
+    from dynatune.run.report import unfair_timing_note
+    from dynatune.run.summary import RunSummary
+    from dynatune.runtime import read_metadata
+
+    model = load_model(tiny_onnx, {"x": (1, 3, 16, 16)})
+    calm = dict(tolerance_cores=float(os.cpu_count() or 1), probe_s=0.2, wait_s=0.2)  # any load is quiet
+    threads = len(os.sched_getaffinity(0))
+    alone = onnxruntime_reference_ms(model, threads=threads, rounds=3, quiet=QuietPolicy(**calm))
+    assert 0 < alone < 50  # ms: a 16x16 conv net
+    reports = {}
+    for name, reference in (("slow", alone / 3), ("fair", alone * 100)):
+        reports[name] = compile_and_verify(
+            model,
+            cpu_target,
+            None,
+            str(tmp_path / f"{name}.so"),
+            threads=threads,
+            measure_untuned=False,
+            repeat=3,
+            quiet=QuietPolicy(attempts=2, **calm),
+            timing_processes=1,
+            onnxruntime_reference_ms=reference,
+        )
+    slow, fair = reports["slow"], reports["fair"]
+    assert slow.timing_onnxruntime_slow and slow.timing_attempts == 2 and not slow.timing_under_load
+    assert slow.onnxruntime_reference_ms == pytest.approx(alone / 3)
+    assert not fair.timing_onnxruntime_slow and fair.timing_attempts == 1
+    measured = read_metadata(slow.artifact)["measured"]
+    assert measured["onnxruntime_slow"] and measured["onnxruntime_reference_ms"] == pytest.approx(alone / 3)
+    summary = RunSummary(
+        model="tiny", timing_onnxruntime_slow=True, onnxruntime_reference_ms=alone / 3, timing_attempts=2
+    )
+    note = unfair_timing_note(summary)
+    assert "slow spell" in note and "not a fair ratio, no parity" in note and ", 2 tries" in note
+    assert unfair_timing_note(RunSummary(model="tiny", timing_attempts=1)) == ""

@@ -49,6 +49,8 @@ SUMMARY_KEYS = [
     "timing_under_load",
     "timing_load_cores",
     "timing_attempts",
+    "timing_onnxruntime_slow",
+    "onnxruntime_reference_ms",
     "measurements",
     "time_to_onnxruntime_parity_s",
     "periodic_measure_s",
@@ -76,6 +78,8 @@ ONLY_WHEN_SET = {
     "timing_under_load",
     "timing_load_cores",
     "timing_attempts",
+    "timing_onnxruntime_slow",
+    "onnxruntime_reference_ms",
     "speedup_vs_untuned",
     "speedup_vs_onnxruntime",
     "profile",
@@ -123,6 +127,8 @@ TODAY = {  # a summary.json as a run of this version writes it
     "timing_under_load": False,
     "timing_load_cores": 0.1,
     "timing_attempts": 1,
+    "timing_onnxruntime_slow": False,
+    "onnxruntime_reference_ms": 1.9,
     "measurements": [{"round": 2, "elapsed_s": 30.0, "latency_ms": 1.7, "ratio": 0.85, "seconds": 4.0}],
     "time_to_onnxruntime_parity_s": 30.0,
     "periodic_measure_s": 4.0,
@@ -255,6 +261,8 @@ def _fakes(report_=True):
         timing_under_load=False,
         timing_load_cores=0.1,
         timing_attempts=1,
+        timing_onnxruntime_slow=False,
+        onnxruntime_reference_ms=1.9,
     )
     tasks = [NS(index=0, name="conv"), NS(index=1, name="take")]
     return cfg, NS(name="tiny", sha256="ab" * 32), tasks, tuner, rep if report_ else None, periodic
@@ -304,3 +312,21 @@ def test_a_final_ratio_taken_under_load_claims_no_parity():
     assert s.timing_under_load and s.timing_load_cores == 1.02 and s.timing_attempts == 3
     text = report.markdown_report(s, [], "/dev/null")
     assert "taken under load: other work took 1.02 cores, 3 tries" in text
+
+
+def test_a_final_ratio_taken_in_a_slow_spell_claims_no_parity():
+    """The final timing's ONNX Runtime ran slower than alone before tuning, every try (a slow spell the load
+    probe did not see): no parity, and the summary, the report and the console say so."""
+    from dynatune.compiler.periodic import parity_s
+    from dynatune.run.report import unfair_timing_note
+
+    cfg, model, tasks, tuner, rep, _ = _fakes()
+    periodic = NS(points=[], parity_s=lambda e=None, r=None: parity_s([], e, r))
+    rep.ratio_vs_onnxruntime = 0.97
+    rep.timing_onnxruntime_slow, rep.timing_attempts, rep.onnxruntime_reference_ms = True, 3, 1.68
+    s = pipeline.make_summary(cfg, model, tasks, tuner, rep, periodic, wall_s=1.0)
+    assert s.time_to_onnxruntime_parity_s is None
+    assert s.timing_onnxruntime_slow and s.onnxruntime_reference_ms == 1.68
+    text = report.markdown_report(s, [], "/dev/null")
+    note = "taken in a slow spell: ONNX Runtime over its time alone before tuning (1.680 ms), 3 tries"
+    assert note in text and note in unfair_timing_note(s)
