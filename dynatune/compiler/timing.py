@@ -45,8 +45,8 @@ class SideBySide:
     attempts: int = 1  # timings tried to get one on a quiet machine
     # each fresh process's median ratio, when the rounds come from several processes (:func:`pooled`)
     process_ratios: list[float] | None = None
-    # ONNX Runtime's fastest block alone at the run's start (fresh_timing.onnxruntime_reference_ms), and
-    # whether this timing's was over QuietPolicy.slow_onnxruntime times it (a slow spell: not a fair ratio)
+    # ONNX Runtime's fastest block alone before tuning (fresh_timing.onnxruntime_reference_ms), and whether
+    # this timing's (every process's) was over QuietPolicy.slow_onnxruntime times it: a slow spell, unfair
     onnxruntime_reference_ms: float | None = None
     onnxruntime_slow: bool = False
 
@@ -137,8 +137,7 @@ def best_ratio(a_ms, b_ms) -> float:
 def pooled(timings: list[SideBySide]) -> SideBySide:
     """Several processes' timings as one: their rounds together (:attr:`SideBySide.ratio` takes each
     side's fastest block among them all), each process's own best-block ratio (``process_ratios``), the
-    load of the busiest, under load if any was, in a slow spell if all were (ONNX Runtime's fastest block
-    among them all is then a slow one), and every attempt counted."""
+    load of the busiest, under load if any was, and every attempt counted."""
     if len(timings) == 1:
         return timings[0]
     busiest = max(timings, key=lambda t: t.load_cores or 0.0)
@@ -150,8 +149,6 @@ def pooled(timings: list[SideBySide]) -> SideBySide:
         under_load=any(t.under_load for t in timings),
         attempts=sum(t.attempts for t in timings),
         process_ratios=[t.ratio for t in timings],
-        onnxruntime_reference_ms=timings[0].onnxruntime_reference_ms,
-        onnxruntime_slow=all(t.onnxruntime_slow for t in timings),
     )
 
 

@@ -85,9 +85,9 @@ class CompileSection(Section):
     # it is kept as taken under load (dynatune.machine.load)
     timing_attempts: int = Field(3, ge=1)
     timing_wait_s: float = Field(10.0, ge=0)
-    # ... and so is one whose ONNX Runtime's fastest block is over this many times ONNX Runtime's alone at
-    # the run's start: a slow spell of a shared machine, which the load probe does not see (0: not checked,
-    # no reference taken)
+    # the final timing's ONNX Runtime over this many times ONNX Runtime alone before tuning (fastest blocks)
+    # in every process: a slow spell of a shared machine, which the load probe does not see; another process
+    # is timed (timing_attempts - 1 at most), then it is kept as taken in a slow spell (0: not checked)
     timing_slow_onnxruntime: float = Field(QuietPolicy.slow_onnxruntime, ge=0)
     # the final timing against ONNX Runtime runs in this many fresh processes, one after another; the ratio
     # takes each side's fastest block among them all (one process's ratio moves by 10-20 % from one process

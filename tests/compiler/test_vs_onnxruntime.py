@@ -71,9 +71,9 @@ def test_periodic_and_final_measurements_vs_onnxruntime(embedding_run):
     assert s["numerics_ok"] and s["max_rel_err"] < 1e-4
     lo, mid, hi = s["ratio_vs_onnxruntime_min"], s["ratio_vs_onnxruntime"], s["ratio_vs_onnxruntime_max"]
     assert 0 < lo <= mid <= hi
-    # the final timing: two fresh processes, each side's fastest block among them makes the ratio
+    # the final timing: two fresh processes (one more in a slow spell), each side's fastest block among them
     per = s["ratio_vs_onnxruntime_per_process"]
-    assert len(per) == 2 and all(lo <= r <= hi for r in per)
+    assert 2 <= len(per) <= 3 and all(lo <= r <= hi for r in per)
     points = s["measurements"]
     assert points and all(p["ratio"] > 0 and p["latency_ms"] > 0 and p["seconds"] > 0 for p in points)
     assert [p["elapsed_s"] for p in points] == sorted(p["elapsed_s"] for p in points)
@@ -99,7 +99,7 @@ def test_periodic_and_final_measurements_vs_onnxruntime(embedding_run):
     beat += [s["elapsed_s"]] if quiet_final else []
     assert parity == (beat[0] if beat else None)  # the final measurement counts as the last point
     # each timing says how busy the machine was; one that stayed busy is flagged, in MLflow too
-    assert s["timing_load_cores"] >= 0 and 2 <= s["timing_attempts"] <= 4  # two processes, 1-2 tries each
+    assert s["timing_load_cores"] >= 0 and 2 <= s["timing_attempts"] <= 6  # 2-3 processes, 1-2 tries each
     assert all(p["load_cores"] >= 0 for p in points)
     tags = client.get_run(s["mlflow_run_id"]).data.tags
     assert ("timing_under_load" in tags) == s["timing_under_load"]
