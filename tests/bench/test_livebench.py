@@ -51,8 +51,11 @@ def test_bench_live_tunes_each_scheduler_measures_and_resumes(tiny_onnx, tmp_pat
         assert run["measured"][-1][1] * 1e3 == pytest.approx(run["latency_ms"])  # the final compiled model
         assert run["onnxruntime_ms"] > 0
     for kind in ("estimate", "measured"):
-        assert pair[kind]["ttq_s"]["gradient"] is not None  # gradient reaches its own final quality
-        assert pair[kind]["ttq_vs_gradient"] > 0
+        ttq, ratio = pair[kind]["ttq_s"], pair[kind]["ttq_vs_gradient"]
+        assert ttq["gradient"] is not None  # gradient reaches its own final quality
+        # dynatune's TTQ over gradient's: undefined (None) where dynatune's curve starts within the target (a
+        # tiny model whose first measurement is already within 2 % of gradient's last: seen once in CI)
+        assert ratio > 0 if ratio is not None else ttq["dynatune"] == 0, pair[kind]
     assert doc["dynatune_sooner_measured"] in (0, 1)
     saved = sorted(os.listdir(out / "runs"))
     assert saved == ["tiny-s3-dynatune.json", "tiny-s3-gradient.json"]
