@@ -85,8 +85,8 @@ class CompileReport:
     timing_under_load: bool = False
     timing_load_cores: float | None = None
     timing_attempts: int = 0
-    # ONNX Runtime ran over QuietPolicy.slow_onnxruntime times its reference (alone, at the run's start:
-    # onnxruntime_reference_ms) in every try: a slow spell, not a fair ratio (dynatune.compiler.fresh_timing)
+    # ONNX Runtime ran over QuietPolicy.slow_onnxruntime times its reference (alone, before tuning:
+    # onnxruntime_reference_ms) in every timing process: a slow spell, not a fair ratio (.fresh_timing)
     timing_onnxruntime_slow: bool = False
     onnxruntime_reference_ms: float | None = None
     # the relative error on each of the verification inputs (max_rel_err is their max), and their seeds
@@ -265,8 +265,8 @@ def compile_and_verify(
 ) -> CompileReport:
     """``on_stage(name)`` is called as each stage starts: "compile", "verify", "timing", "untuned model".
     The artifact's metadata (:mod:`dynatune.compiler.artifact_metadata`) is written beside it once it is
-    verified, and gets the side-by-side timing once that is taken; a timing whose ONNX Runtime runs slow
-    against ``onnxruntime_reference_ms`` is tried again, then flagged
+    verified, and gets the side-by-side timing once that is taken; a timing whose every process ran ONNX
+    Runtime slow against ``onnxruntime_reference_ms`` gets another process, then is flagged
     (:func:`dynatune.compiler.fresh_timing.time_in_fresh_process`)."""
     import tvm
 

@@ -209,30 +209,32 @@ def _time(spec: dict) -> SideBySide:
         return _time_two_artifacts(spec)
     import tvm
 
-    from dynatune.compiler.execution import load, onnxruntime_session
+    from dynatune.compiler.execution import load
     from dynatune.compiler.timing import time_side_by_side
+
+    dev = tvm.device(spec["device"], 0)
+    vm = load(spec["artifact"], dev)
+    sess, inputs = _onnxruntime_side(spec)
+    return time_side_by_side(vm, sess, inputs, dev, rounds=spec["rounds"], block_ms=spec["block_ms"])
+
+
+def _onnxruntime_side(spec: dict):
+    """(ONNX Runtime's session on the spec's model, at its input shapes and threads; its seeded inputs)."""
+    from dynatune.compiler.execution import onnxruntime_session
     from dynatune.model.importer import ModelInput, random_inputs, runtime_proto
 
     inputs = [ModelInput(name, tuple(shape), dtype) for name, shape, dtype in spec["inputs"]]
-    dev = tvm.device(spec["device"], 0)
-    vm = load(spec["artifact"], dev)
     sess = onnxruntime_session(runtime_proto(spec["onnx"], inputs), spec["threads"])
-    return time_side_by_side(
-        vm, sess, random_inputs(inputs, spec["seed"]), dev, rounds=spec["rounds"], block_ms=spec["block_ms"]
-    )
+    return sess, random_inputs(inputs, spec["seed"])
 
 
 def _time_onnxruntime(spec: dict) -> dict:
     """ONNX Runtime alone, its blocks as :func:`dynatune.compiler.timing.time_side_by_side` times them: a
     :class:`SideBySide`'s dict with no TVM side."""
-    from dynatune.compiler.execution import onnxruntime_session
     from dynatune.compiler.timing import interleave, ort_block_timer
     from dynatune.machine.load import LoadProbe
-    from dynatune.model.importer import ModelInput, random_inputs, runtime_proto
 
-    inputs = [ModelInput(name, tuple(shape), dtype) for name, shape, dtype in spec["inputs"]]
-    sess = onnxruntime_session(runtime_proto(spec["onnx"], inputs), spec["threads"])
-    timer = ort_block_timer(sess, random_inputs(inputs, spec["seed"]), spec["block_ms"])
+    timer = ort_block_timer(*_onnxruntime_side(spec), spec["block_ms"])
     load = LoadProbe()
     (ort_ms,) = interleave([timer], spec["rounds"], pause_s=0.05)
     return {"tvm_ms": [], "ort_ms": ort_ms, "load": load.stop().as_dict()}

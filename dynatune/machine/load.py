@@ -123,10 +123,11 @@ class QuietPolicy:
     def slow(self, onnxruntime_ms: float, reference_ms: float | None) -> bool:
         """ONNX Runtime's fastest block (``onnxruntime_ms``) was taken in a slow spell of a shared machine:
         over ``slow_onnxruntime`` times its ``reference_ms``. Now and then these guests run a process with
-        both sides slow and ONNX Runtime more, for minutes, and the load probe reads nothing (0.02-0.03
-        cores): squeezenet1_1's end-of-run timing read 0.826 with ONNX Runtime at 2.11 ms, against 0.914 at
-        its usual 1.68 in the 20 processes after it; mnasnet0_5's 1.22-1.32 ms against 0.70-0.73 in seven
-        processes of twelve. The ratio such a timing reports flatters dynatune."""
+        both sides slow and ONNX Runtime more (on the Zen 5 guest for minutes, on the Zen 4 one process in
+        two or three), and the load probe reads nothing (0.02-0.03 cores): squeezenet1_1's end-of-run
+        timing read 0.826 with ONNX Runtime at 2.11 ms, against 0.914 at its usual 1.68 in the 20 processes
+        after it; mnasnet0_5's 1.22-1.32 ms against 0.70-0.73 in seven processes of twelve. The ratio such
+        a timing reports flatters dynatune."""
         if not (self.slow_onnxruntime and reference_ms):
             return False
         return onnxruntime_ms > self.slow_onnxruntime * reference_ms

@@ -214,7 +214,7 @@ class TuningRun:
         )
 
     def _onnxruntime_reference(self) -> float | None:
-        """ONNX Runtime's fastest block alone, in a fresh process, before tuning: the final timing's ONNX
+        """ONNX Runtime's fastest block alone, in fresh processes, before tuning: the final timing's ONNX
         Runtime side is held against it to tell a slow spell (:mod:`dynatune.compiler.fresh_timing`). Taken
         by every invocation, a resumed one too: the machine may not be the one the run started on."""
         from dynatune.compiler.fresh_timing import onnxruntime_reference_ms

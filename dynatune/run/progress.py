@@ -203,12 +203,12 @@ class LiveView(RunCallback):
         if s.ratio_vs_onnxruntime is not None:
             from dynatune.run.report import unfair_timing_note
 
-            per = s.ratio_vs_onnxruntime_per_process or []
+            per, note = s.ratio_vs_onnxruntime_per_process or [], unfair_timing_note(s)
             processes = f"; {len(per)} processes {', '.join(f'{r:.3f}' for r in per)}" if len(per) > 1 else ""
             lines.append(
                 f"  TVM / ONNX Runtime side by side {s.ratio_vs_onnxruntime:.3f} (rounds "
                 f"{s.ratio_vs_onnxruntime_min:.3f}-{s.ratio_vs_onnxruntime_max:.3f}{processes})"
-                + (f" {unfair_timing_note(s)}" if unfair_timing_note(s) else "")
+                + (f" {note}" if note else "")
             )
         if s.max_rel_err is not None:
             per = s.max_rel_err_per_input or []

@@ -371,7 +371,7 @@ def _ratio_spread(summary: RunSummary) -> str:
 
 def unfair_timing_note(summary: RunSummary) -> str:
     """What a summary says of its side-by-side timing when that is not a fair one ("" when it is): taken on
-    a busy machine, or in a slow spell (ONNX Runtime slower than alone before tuning, every try)."""
+    a busy machine, or in a slow spell (ONNX Runtime slower than alone before tuning, in every process)."""
     why = []
     if summary.timing_under_load:
         load = _num(summary.timing_load_cores)

@@ -117,12 +117,12 @@ class RunSummary(BaseModel):
     timing_onnxruntime_slow: bool | None = Field(
         None,
         description="ONNX Runtime's fastest block in that timing stayed over compile.timing_slow_onnxruntime "
-        "times its reference through the retries: a slow spell of a shared machine, which flatters dynatune "
+        "times its reference in every process: a slow spell of a shared machine, which flatters dynatune "
         "(no parity is claimed from it)",
     )
     onnxruntime_reference_ms: float | None = Field(
         None,
-        description="ONNX Runtime's fastest block alone, in a fresh process before tuning: the final "
+        description="ONNX Runtime's fastest block alone, in fresh processes before tuning: the final "
         "timing's reference (dynatune.compiler.fresh_timing.onnxruntime_reference_ms)",
     )
     # -- periodic whole-model measurements ----------------------------------------------------------
