@@ -88,6 +88,9 @@ class MlflowCallback(RunCallback):
         if summary.timing_onnxruntime_slow:  # ... nor in a slow spell: with ONNX Runtime's time alone
             alone = summary.onnxruntime_reference_ms or 0.0
             t.set_tags({"timing_onnxruntime_slow": f"ONNX Runtime over its {alone:.3f} ms alone"})
+        if (summary.profile or {}).get("slow_spell"):  # the profile's split is not the quiet machine's
+            fastest = summary.profile.get("fastest_model_ms") or 0.0
+            t.set_tags({"profile_slow_spell": f"the model over its {fastest:.3f} ms in the final timing"})
         if summary.library:
             lib = summary.library
             t.set_tags(

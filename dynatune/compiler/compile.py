@@ -89,6 +89,8 @@ class CompileReport:
     # onnxruntime_reference_ms) in every timing process: a slow spell, not a fair ratio (.fresh_timing)
     timing_onnxruntime_slow: bool = False
     onnxruntime_reference_ms: float | None = None
+    # the TVM side's fastest block in that timing: what the profile's model is held against (.profile)
+    latency_min_ms: float | None = None
     # the relative error on each of the verification inputs (max_rel_err is their max), and their seeds
     max_rel_err_per_input: list[float] = field(default_factory=list)
     verify_seeds: list[int] = field(default_factory=list)
@@ -313,6 +315,7 @@ def compile_and_verify(
             timing_attempts=sbs.attempts,
             timing_onnxruntime_slow=sbs.onnxruntime_slow,
             onnxruntime_reference_ms=onnxruntime_reference_ms,
+            latency_min_ms=min(sbs.tvm_ms),
         )
     else:
         (lat, std), ort_ms = time_vm(vm, model, inputs, dev, repeat=repeat), None

@@ -114,6 +114,9 @@ class QuietPolicy:
     # ONNX Runtime's fastest block this much slower than its reference (the same model alone, earlier on the
     # same machine) is a slow spell; 0: no such check (see :meth:`slow`)
     slow_onnxruntime: float = 1.15
+    # the profile's model (in the tuning process) this much slower than the final timing's fastest block of
+    # the same model (fresh processes, just before it) is a slow spell too; 0: no such check
+    slow_profile: float = 1.15
 
     def busy(self, load: Load | None, threads: int) -> bool:
         if load is None:
@@ -128,9 +131,21 @@ class QuietPolicy:
         timing read 0.826 with ONNX Runtime at 2.11 ms, against 0.914 at its usual 1.68 in the 20 processes
         after it; mnasnet0_5's 1.22-1.32 ms against 0.70-0.73 in seven processes of twelve. The ratio such
         a timing reports flatters dynatune."""
-        if not (self.slow_onnxruntime and reference_ms):
-            return False
-        return onnxruntime_ms > self.slow_onnxruntime * reference_ms
+        return _over(onnxruntime_ms, reference_ms, self.slow_onnxruntime)
+
+    def profile_slow(self, model_ms: float, fastest_ms: float | None) -> bool:
+        """The profile's model time (``model_ms``) was taken in a slow spell: over ``slow_profile`` times the
+        final timing's fastest block of the same model (``fastest_ms``). In the Zen 4 guest's slow spells the
+        model slows more than its kernels alone, cold: profiles read 1.26x and 1.49x the final timing's
+        fastest block, and 1.22x and 1.16x their estimate, where quiet ones read 0.99-1.04x and 0.88-1.06x."""
+        return _over(model_ms, fastest_ms, self.slow_profile)
+
+
+def _over(measured_ms: float, reference_ms: float | None, factor: float) -> bool:
+    """``measured_ms`` over ``factor`` times ``reference_ms``; False when either of them is 0 or None."""
+    if not (factor and reference_ms):
+        return False
+    return measured_ms > factor * reference_ms
 
 
 def quiet_or_wait(threads: int, policy: QuietPolicy) -> Load:

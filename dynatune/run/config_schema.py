@@ -89,6 +89,10 @@ class CompileSection(Section):
     # in every process: a slow spell of a shared machine, which the load probe does not see; another process
     # is timed (timing_attempts - 1 at most), then it is kept as taken in a slow spell (0: not checked)
     timing_slow_onnxruntime: float = Field(QuietPolicy.slow_onnxruntime, ge=0)
+    # the profile's model over this many times the final timing's fastest block: a slow spell too; the
+    # profile is taken again (timing_attempts in all at most, timing_wait_s apart), the fastest model's kept,
+    # flagged when it stays slow (0: not checked)
+    profile_slow: float = Field(QuietPolicy.slow_profile, ge=0)
     # the final timing against ONNX Runtime runs in this many fresh processes, one after another; the ratio
     # takes each side's fastest block among them all (one process's ratio moves by 10-20 % from one process
     # to the next here)
@@ -109,6 +113,7 @@ class CompileSection(Section):
             wait_s=self.timing_wait_s,
             attempts=self.timing_attempts,
             slow_onnxruntime=self.timing_slow_onnxruntime,
+            slow_profile=self.profile_slow,
         )
 
 

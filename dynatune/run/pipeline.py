@@ -42,6 +42,9 @@ PROFILE_HEADLINE = (
     "gap_ms",
     "under_load",
     "load_cores",
+    "attempts",
+    "fastest_model_ms",
+    "slow_spell",
 )  # the profile's figures the summary carries
 
 
@@ -286,9 +289,10 @@ class TuningRun:
             )
         return choice.database, choice.lowering
 
-    def profile(self, artifact: str) -> dict:
+    def profile(self, artifact: str, fastest_model_ms: float | None = None) -> dict:
         """Per-kernel profile of the compiled model (``report/profile.json`` and ``.md``): each call timed in
-        the model beside its task's best schedule timed alone, and where the gap to the estimate goes."""
+        the model beside its task's best schedule timed alone, and where the gap to the estimate goes; taken
+        again while its model is slow against ``fastest_model_ms`` (the final timing's fastest block)."""
         from dynatune.compiler.profile import write_profile
 
         self.on_stage("profile")
@@ -299,6 +303,7 @@ class TuningRun:
             WorkDir(self.cfg.work_dir).report_dir,
             quiet=self.cfg.compile.quiet(),
             roofline=self.roofline,  # the one the run's beliefs used: not measured again
+            fastest_model_ms=fastest_model_ms,
         )
 
     def __exit__(self, *exc) -> None:
@@ -333,7 +338,11 @@ def run(cfg, callbacks=(), steps: Steps | None = None) -> RunSummary:
             periodic = PeriodicMeasurement(cfg, r.model, r.target, r.tuner)
             _rounds(r.tuner, r.steps, cbs, periodic)
             report = r.compile() if cfg.compile.verify else None
-            profile = r.profile(report.artifact) if report is not None and cfg.compile.profile else None
+            profile = (
+                r.profile(report.artifact, report.latency_min_ms)
+                if report is not None and cfg.compile.profile
+                else None
+            )
             summary = make_summary(
                 cfg, r.model, r.tasks, r.tuner, report, periodic, time.perf_counter() - t_start
             )
@@ -467,9 +476,10 @@ def make_summary(cfg, model, tasks, tuner, report, periodic, wall_s) -> RunSumma
 
 def residual_fields(estimate_ms: float, tuner, profile: dict | None) -> dict:
     """The estimate counting what the kernels alone miss (:mod:`dynatune.compiler.residual`): plus the final
-    profile's residual (the model minus its tasks alone, timed in the same rounds), else the last periodic
+    profile's residual (the model minus its tasks alone, timed in the same rounds), unless that was taken in
+    a slow spell (``slow_spell``: the model slows more than its kernels alone), else the last periodic
     measurement's; None when neither was measured."""
-    if profile is not None:
+    if profile is not None and not profile.get("slow_spell"):
         residual, source = profile["gap_ms"], "final profile"
     elif (r := tuner.residual_s()) is not None:
         residual, source = r * 1e3, "periodic measurement"

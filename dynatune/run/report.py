@@ -549,7 +549,7 @@ def markdown_report(summary: RunSummary | dict | None, rounds: list[dict], path:
             f"({_fmt(prof.get('between_calls_run_ms'), '.3f')} ms against a single run's median, "
             f"{_fmt(prof.get('model_run_ms'), '.3f')} ms); the estimate "
             f"(weight x latency, re-timed alone with the caches flushed) is "
-            f"{_fmt(prof.get('estimate_ms'), '.3f')} ms.",
+            f"{_fmt(prof.get('estimate_ms'), '.3f')} ms." + _profile_slow_note(prof),
             "",
         ]
     excluded = summary.estimate_excludes
@@ -602,3 +602,14 @@ def markdown_report(summary: RunSummary | dict | None, rounds: list[dict], path:
     with open(path, "w") as f:
         f.write(text)
     return text
+
+
+def _profile_slow_note(prof: dict) -> str:
+    """The profile's slow-spell check in words (:func:`dynatune.compiler.profile.profile_model`)."""
+    if not prof.get("slow_spell"):
+        return ""
+    return (
+        f" Taken in a slow spell: in all {prof.get('attempts')} attempts the model ran over "
+        f"{_fmt(prof.get('fastest_model_ms'), '.3f')} ms, the final timing's fastest block, by more than "
+        "the profile's check allows; its split is not the quiet machine's."
+    )

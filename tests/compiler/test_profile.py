@@ -1,6 +1,7 @@
 """Final measurement: the compiled model timed side by side with ONNX Runtime, and its per-kernel profile
 (real TVM, real ONNX Runtime, the tiny conv net)."""
 
+import dataclasses
 import json
 import os
 
@@ -95,11 +96,14 @@ def test_fresh_process_timing_and_a_bad_artifact_is_a_one_line_error(tiny_model,
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.slow  # 5-7 s: the fast tier stays under 3 minutes on a Zen 4 core
+@pytest.mark.slow  # 8-10 s: the fast tier stays under 3 minutes on a Zen 4 core
 def test_profile_accounts_for_every_task_and_all_the_time(tiny_model, tiny_tasks, cpu_target, tmp_path):
+    """Held against a final timing's fastest block far below the model's real time (a slow spell made on
+    purpose), the profile is taken again and flagged; against one far above it, taken once."""
     model, tasks = tiny_model, tiny_tasks
     path = export(build(model, cpu_target, None), str(tmp_path / "model.so"))
     session = TuningSession(tasks, cpu_target, str(tmp_path / "work"))
+    twice = dataclasses.replace(NO_WAIT, attempts=2, wait_s=0.0)
     try:
         session.measure_defaults()
         prof = write_profile(
@@ -111,10 +115,26 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny_model, tiny_tasks
             block_ms=30,
             task_block_ms=5,
             roofline=Roofline(peak_flops=100e9, bandwidth=1e10),
-            quiet=NO_WAIT,
+            quiet=twice,
+            fastest_model_ms=1e-6,
+        )
+        fair = write_profile(
+            path,
+            model,
+            session,
+            str(tmp_path / "fair"),
+            rounds=1,
+            block_ms=10,
+            task_block_ms=2,
+            quiet=twice,
+            fastest_model_ms=1e3,
         )
     finally:
         session.close()
+    assert prof["attempts"] == 2 and prof["slow_spell"] and prof["fastest_model_ms"] == 1e-6
+    assert "Taken in a slow spell: in each of 2 attempts" in (tmp_path / "report" / "profile.md").read_text()
+    assert fair["attempts"] == 1 and not fair["slow_spell"]
+    assert "slow spell" not in (tmp_path / "fair" / "profile.md").read_text()
     # each convolution and the classifier are timed beside ONNX Runtime's op for the same shapes
     anchored = [k for k in prof["kernels"] if k.get("onnxruntime_op_ms")]
     assert {k["name"] for k in anchored} == {t.name for t in tasks if "conv" in t.name or "matmul" in t.name}

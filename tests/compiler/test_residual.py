@@ -49,6 +49,9 @@ def test_the_latest_residual_counts_in_rounds_measurements_and_the_summary():
         "estimated_model_latency_ms": 12.0,
     }
     assert residual_fields(10.0, tuner, None)["estimated_model_latency_ms"] == pytest.approx(13.0)
+    # a profile taken in a slow spell (its model slower than the final timing's): the periodic residual
+    slow = residual_fields(10.0, tuner, {"gap_ms": 5.0, "slow_spell": True})
+    assert slow["residual_source"] == "periodic measurement" and slow["residual_ms"] == pytest.approx(3.0)
     assert residual_fields(10.0, SimpleNamespace(residual_s=lambda: None), None)["residual_ms"] is None
 
 

@@ -90,6 +90,13 @@ def test_slow_means_onnxruntime_over_its_reference():
     assert not QuietPolicy(slow_onnxruntime=0).slow(5.0, reference_ms=1.0)  # the check turned off
 
 
+def test_a_slow_profile_means_its_model_over_the_final_timings_fastest_block():
+    policy = QuietPolicy(slow_profile=1.15, slow_onnxruntime=0)  # each check has its own threshold
+    assert not policy.profile_slow(1.10, fastest_ms=1.0) and policy.profile_slow(1.20, fastest_ms=1.0)
+    assert not policy.profile_slow(5.0, fastest_ms=None)  # no final timing: nothing to hold it against
+    assert not QuietPolicy(slow_profile=0).profile_slow(5.0, fastest_ms=1.0)  # the check turned off
+
+
 @pytest.mark.slow  # a small model; ONNX Runtime alone, then three timings, in fresh processes (~12 s)
 def test_a_final_timing_slower_than_its_reference_is_retried_then_flagged(tmp_path, tiny_onnx, cpu_target):
     """A slow spell is made here by holding the timing against a reference a third of ONNX Runtime's real

@@ -73,6 +73,13 @@ def _track_a_run(tiny_onnx, work_dir, state: dict, marker: str, compiled) -> tup
         timing_load_cores=1.02,
         timing_attempts=3,
         numerics_ok=True,
+        profile={
+            "model_ms": 2.1,
+            "estimate_ms": 1.5,
+            "attempts": 3,
+            "fastest_model_ms": 1.4,
+            "slow_spell": True,
+        },
     )
     cb.on_finish(summary, wd.report_dir)
     with open(wd.run_state, "w") as f:  # what the pipeline keeps of the callback's state (run.json)
@@ -107,12 +114,15 @@ def test_run_name_final_measurement_load_tag_and_task_names(tiny_onnx, tmp_path,
         history = client.get_metric_history(run.info.run_id, key)
         assert [(m.step, m.value) for m in history] == [(ROUNDS, value)]  # at the last step
     assert run.data.tags["timing_under_load"] == "1.02 cores busy"
+    # a profile taken in a slow spell (dynatune.compiler.profile) is tagged, with the time it was held against
+    assert run.data.tags["profile_slow_spell"] == "the model over its 1.400 ms in the final timing"
     capsys.readouterr()
     assert main(["report", run.info.run_id, "--tracking-uri", uri, "--out", str(tmp_path / "rep")]) == 0
     table = capsys.readouterr().out
     assert table.count("conv_a") == ROUNDS  # the task by name, not by index
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "taken under load: other work took 1.02 cores, 3 tries" in report
+    assert "Taken in a slow spell: in all 3 attempts the model ran over 1.400 ms" in report
 
 
 def test_a_copied_work_dir_goes_on_in_a_new_run_and_leaves_the_original_alone(
