@@ -123,6 +123,18 @@ def test_lowering_ab_times_artifacts_side_by_side_as_their_users_call_them(compi
     assert a["max_rel_err"] < 1e-4 and a["settings"] == {"artifact": so}
 
 
+@pytest.mark.slow  # the session's tiny run, its model built again with empty kernels
+def test_dispatch_times_a_runs_artifact_beside_its_calls_with_empty_kernels(tiny_run, tmp_path):
+    from bench.dispatch import main
+
+    out = tmp_path / "dispatch.json"
+    entry = main([tiny_run["work"], "--rounds", "2", "--block-ms", "10", "--out", str(out)])
+    assert json.loads(out.read_text()) == [entry]
+    (row,) = entry["rows"]
+    assert row["calls_a_run"] > 0 and 0 < row["dispatch_ms"] < row["model_ms"]
+    assert 0 < row["dispatch_share"]["min"] <= row["dispatch_share"]["median"] < 1
+
+
 @pytest.mark.slow  # a fresh process per way of loading the model
 def test_deployed_speed_loads_each_way_in_a_fresh_process(tiny_run, tmp_path):
     from bench.deployed_speed import ONCE, OPENVINO_WAY, REPEATED, SLOW_RETRIES, main

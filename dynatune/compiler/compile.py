@@ -99,10 +99,12 @@ class CompileReport:
         return asdict(self)
 
 
-def build(model, target, database=None, lowering: Lowering = Lowering()):
+def build(model, target, database=None, lowering: Lowering = Lowering(), after=()):
     """Relax executable for ``model``: tuned functions from ``database``, the rest default-scheduled.
 
     ``lowering`` must be what the tasks were extracted with (:func:`dynatune.model.extract.extract_tasks`).
+    ``after``: passes run on the lowered module last, before code generation
+    (:mod:`dynatune.compiler.dispatch`).
     """
     import tvm
     from tvm import relax
@@ -125,7 +127,7 @@ def build(model, target, database=None, lowering: Lowering = Lowering()):
         if is_gpu:
             mod = gpu_default_schedule()(mod)
         return tvm.transform.Sequential(
-            backend_passes(target, "dataflow_lower_passes") + finalize_passes(target, lowering)
+            backend_passes(target, "dataflow_lower_passes") + finalize_passes(target, lowering) + list(after)
         )(mod)
 
     import contextlib

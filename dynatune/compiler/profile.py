@@ -183,6 +183,7 @@ def profile_model(
     quiet: QuietPolicy = QuietPolicy(),
     roofline: Roofline | None = None,
     fastest_model_ms: float | None = None,
+    dispatch=None,
 ) -> dict:
     """The profile as a dict (see :func:`write_profile`). It waits for a quiet machine first (bounded by
     ``quiet``); ``load_cores`` is the load on the cores while it ran, ``under_load`` when that was busy.
@@ -192,7 +193,10 @@ def profile_model(
     ``fastest_model_ms``: the same model's fastest block in the final timing (fresh processes, just before).
     While the profile's model is over ``quiet.slow_profile`` times it (:meth:`QuietPolicy.profile_slow`), the
     profile is taken again ``quiet.wait_s`` later, ``quiet.attempts`` times at most, and the one with the
-    fastest model kept: ``attempts``; ``slow_spell`` when even that one was slow."""
+    fastest model kept: ``attempts``; ``slow_spell`` when even that one was slow.
+
+    ``dispatch``: the model with its kernels emptied (:mod:`dynatune.compiler.dispatch`), timed in the same
+    rounds: ``dispatch_ms``, what its calls cost a run without the kernels' work."""
     import tvm
 
     from dynatune.compiler.anchors import OnnxRuntimeProfile
@@ -205,16 +209,20 @@ def profile_model(
         session.tasks, session.compile_database()
     )
     onnxruntime = OnnxRuntimeProfile(model, usable_cores(), block_ms)
+    empty = make_vm(dispatch, dev) if dispatch is not None else None
 
     def take() -> dict:  # one attempt's rounds, summarized once the attempt to keep is known
         model_block = vm_block_timer(plain, inputs, dev, block_ms)
         model_runs = vm_run_timer(plain, inputs, dev, block_ms)
+        dispatch_block = vm_block_timer(empty, inputs, dev, block_ms) if empty is not None else None
         model_ms, run_ms, runs, alone, cold = [], [], [], defaultdict(list), defaultdict(list)
+        dispatch_ms = []
         quiet_or_wait(usable_cores(), quiet)
         load = LoadProbe()
         for _ in range(rounds):  # the model, its calls and the tasks alone, all in each round
             model_ms.append(model_block())
             run_ms += model_runs()
+            dispatch_ms += [dispatch_block()] if dispatch_block else []
             new_runs, kernels = profile_calls(instrumented, model, inputs, dev, block_ms)
             runs += new_runs
             for i, k in kernels_alone.items():
@@ -229,6 +237,7 @@ def profile_model(
             alone_ms={i: float(np.median(v)) for i, v in alone.items()},
             cold_ms={i: float(np.median(v)) for i, v in cold.items()},
             run_ms=run_ms,
+            dispatch_ms=dispatch_ms,
             during=during,
         )
 
@@ -275,13 +284,16 @@ def summarize(
     onnxruntime_op_ms: dict[int, float] | None = None,
     roofline: Roofline | None = None,
     run_ms: list[float] | None = None,
+    dispatch_ms: list[float] | None = None,
 ) -> dict:
     """Split the model time into kernels, calls no task stands for and time between calls; and its gap
     to the estimate (sum of weight x latency alone, cold: ``cold_ms``) into what causes it.
 
     ``model_ms`` are blocks' means, which take in the interruptions a shared machine brings; the calls'
     times are medians over runs, which do not. ``run_ms`` (single runs of the model, uninstrumented) gives
-    the like-for-like split: a run's median less the calls' medians is ``between_calls_run_ms``."""
+    the like-for-like split: a run's median less the calls' medians is ``between_calls_run_ms``.
+    ``dispatch_ms`` (blocks of runs of the model with its kernels emptied, :mod:`dynatune.compiler.dispatch`)
+    gives what the calls themselves cost a run, measured: ``dispatch_ms`` (their median)."""
     overhead = instrument_overhead_s(runs)
     by_name = {t.name: t for t in session.tasks}
     rows = []
@@ -331,6 +343,7 @@ def summarize(
         "between_calls_ms": gap["between_calls_ms"],
         "model_run_ms": run_model,
         "between_calls_run_ms": None if run_model is None else run_model - kernel_ms - unmatched_ms,
+        "dispatch_ms": float(np.median(dispatch_ms)) if dispatch_ms else None,
         "estimate_ms": estimate,
         "estimate_over_model": estimate / model if model > 0 else None,
         "warm_estimate_ms": kernels_alone_ms(session.tasks, alone_ms),  # the kernels as tuning times them
@@ -364,10 +377,11 @@ def write_profile(
     quiet: QuietPolicy = QuietPolicy(),
     roofline: Roofline | None = None,
     fastest_model_ms: float | None = None,
+    dispatch=None,
 ) -> dict:
     """Profile the compiled model (an exported library's path, or the executable) and write
-    ``profile.json`` and ``profile.md`` into ``out_dir``; returns the profile. ``fastest_model_ms``: see
-    :func:`profile_model`."""
+    ``profile.json`` and ``profile.md`` into ``out_dir``; returns the profile. ``fastest_model_ms`` and
+    ``dispatch``: see :func:`profile_model`."""
     prof = profile_model(
         executable_or_path,
         model,
@@ -378,6 +392,7 @@ def write_profile(
         quiet=quiet,
         roofline=roofline,
         fastest_model_ms=fastest_model_ms,
+        dispatch=dispatch,
     )
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "profile.json"), "w") as f:
@@ -407,6 +422,7 @@ def markdown(prof: dict, top: int = 25) -> str:
         f"{_pct(prof['calls_without_task_ms'], model)} |",
         f"| between calls | {prof['between_calls_ms']:.3f} | {_pct(prof['between_calls_ms'], model)} |",
         *_run_split_lines(prof),
+        *_dispatch_lines(prof),
         "",
         "| model - estimate | ms |",
         "|---|---:|",
@@ -460,6 +476,23 @@ def _slow_spell_lines(prof: dict) -> list[str]:
         "",
         f"Taken {attempts} times: the model ran slow against the final timing's fastest block ({fastest:.3f} "
         f"ms) before; this one is {ratio:.2f}x it.",
+    ]
+
+
+def _dispatch_lines(prof: dict) -> list[str]:
+    """What the calls cost a run, measured with the kernels emptied (profiles without it: nothing)."""
+    dispatch = prof.get("dispatch_ms")
+    if dispatch is None:
+        return []
+    model = prof["model_ms"]
+    rest = prof["between_calls_ms"] + prof["calls_without_task_ms"] - dispatch
+    return [
+        "",
+        f"The model with every kernel emptied, the same calls (`dispatch_ms`: the VM's instructions, each "
+        f"call's argument checks, the builtins): {dispatch:.3f} ms a run = {_pct(dispatch, model)} of the "
+        f"model. The rest of the time between calls and in calls no task stands for, {rest:+.3f} ms "
+        f"({_pct(rest, model)}), is the kernels running slower back to back than one by one from the "
+        "instrument, and a shared machine's noise.",
     ]
 
 

@@ -39,6 +39,7 @@ PROFILE_HEADLINE = (
     "between_calls_ms",
     "model_run_ms",
     "between_calls_run_ms",
+    "dispatch_ms",
     "gap_ms",
     "under_load",
     "load_cores",
@@ -134,6 +135,7 @@ class TuningRun:
         self.roofline = None  # this machine's, read or measured once per run (the beliefs' and the profile's)
         self._compiled_tasks = None  # what the profile reads, when the compiled model's tasks differ
         self.onnxruntime_reference_ms = None  # ONNX Runtime alone at the start (the final timing's reference)
+        self._compiled_with = None  # (database, lowering) of the compile
         self._lock = None
 
     def __enter__(self) -> "TuningRun":
@@ -253,6 +255,10 @@ class TuningRun:
         if lowering.winograds(self.target):
             database, lowering = self._choose_winograd(database, lowering)
         self.session.close_workers()
+        self._compiled_with = (
+            database,
+            lowering,
+        )  # what the profile's model with empty kernels is built from
         return self.steps.compile_verify(
             self.model,
             self.target,
@@ -293,9 +299,14 @@ class TuningRun:
         """Per-kernel profile of the compiled model (``report/profile.json`` and ``.md``): each call timed in
         the model beside its task's best schedule timed alone, and where the gap to the estimate goes; taken
         again while its model is slow against ``fastest_model_ms`` (the final timing's fastest block)."""
+        from dynatune.compiler.dispatch import empty_kernels_executable
         from dynatune.compiler.profile import write_profile
 
         self.on_stage("profile")
+        database, lowering = self._compiled_with or (
+            self.session.compile_database(),
+            self.cfg.compile.lowering(),
+        )
         return write_profile(
             artifact,
             self.model,
@@ -304,6 +315,8 @@ class TuningRun:
             quiet=self.cfg.compile.quiet(),
             roofline=self.roofline,  # the one the run's beliefs used: not measured again
             fastest_model_ms=fastest_model_ms,
+            # the same calls with empty kernels: what they cost, measured (.dispatch)
+            dispatch=empty_kernels_executable(self.model, self.target, database, lowering),
         )
 
     def __exit__(self, *exc) -> None:

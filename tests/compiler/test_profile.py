@@ -10,6 +10,7 @@ import pytest
 from helpers import no_wait_policy
 
 from dynatune.compiler.compile import build, compile_and_verify, export
+from dynatune.compiler.dispatch import empty_kernels_executable
 from dynatune.compiler.execution import onnxruntime_outputs, relax_vm
 from dynatune.compiler.fresh_timing import time_in_fresh_process
 from dynatune.compiler.profile import make_vm, write_profile
@@ -117,6 +118,7 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny_model, tiny_tasks
             roofline=Roofline(peak_flops=100e9, bandwidth=1e10),
             quiet=twice,
             fastest_model_ms=1e-6,
+            dispatch=empty_kernels_executable(model, cpu_target),
         )
         fair = write_profile(
             path,
@@ -134,6 +136,9 @@ def test_profile_accounts_for_every_task_and_all_the_time(tiny_model, tiny_tasks
     assert prof["attempts"] == 2 and prof["slow_spell"] and prof["fastest_model_ms"] == 1e-6
     assert "Taken in a slow spell: in each of 2 attempts" in (tmp_path / "report" / "profile.md").read_text()
     assert fair["attempts"] == 1 and not fair["slow_spell"]
+    # the same calls with empty kernels, timed in the same rounds: what the calls cost, measured
+    assert 0 < prof["dispatch_ms"] < prof["model_ms"] and fair["dispatch_ms"] is None
+    assert "every kernel emptied" in (tmp_path / "report" / "profile.md").read_text()
     assert "slow spell" not in (tmp_path / "fair" / "profile.md").read_text()
     # each convolution and the classifier are timed beside ONNX Runtime's op for the same shapes
     anchored = [k for k in prof["kernels"] if k.get("onnxruntime_op_ms")]

@@ -130,6 +130,7 @@ def test_profile_accounts_for_the_models_time(embedding_run):
     assert {k["task"] for k in prof["kernels"] if k.get("task") is not None}  # kernels matched to tasks
     assert "profile.md" in os.listdir(d / "work" / "report")
     assert s["profile"]["model_ms"] == pytest.approx(prof["model_ms"])
+    assert 0 < s["profile"]["dispatch_ms"] < prof["model_ms"]  # its calls with empty kernels, measured
     # summary.json holds the profile's headline and the speed-up over the untuned model when they are taken
     on_disk = json.load(open(d / "work" / "report" / "summary.json"))
     assert on_disk["profile"] == s["profile"] and on_disk["speedup_vs_untuned"] == s["speedup_vs_untuned"] > 0
