@@ -134,9 +134,16 @@ def test_profile_accounts_for_the_models_time(embedding_run):
     # summary.json holds the profile's headline and the speed-up over the untuned model when they are taken
     on_disk = json.load(open(d / "work" / "report" / "summary.json"))
     assert on_disk["profile"] == s["profile"] and on_disk["speedup_vs_untuned"] == s["speedup_vs_untuned"] > 0
-    # the final estimate counts what the kernels alone miss: the profile's residual
-    assert s["residual_source"] == "final profile" and s["residual_ms"] == pytest.approx(prof["gap_ms"])
-    assert s["estimated_model_latency_ms"] == pytest.approx(s["estimated_latency_ms"] + prof["gap_ms"])
+    # the final estimate counts what the kernels alone miss: the profile's residual, unless the profile was
+    # taken in a slow spell (its model over 1.15x the final timing's fastest block in every attempt: the
+    # suite's other worker can make one), then the last periodic measurement's
+    assert prof["attempts"] >= 1 and prof["fastest_model_ms"] > 0
+    if prof["slow_spell"]:
+        assert prof["attempts"] == 2 and s["residual_source"] == "periodic measurement"
+    else:
+        assert s["residual_source"] == "final profile" and s["residual_ms"] == pytest.approx(prof["gap_ms"])
+    residual = s["residual_ms"]
+    assert s["estimated_model_latency_ms"] == pytest.approx(s["estimated_latency_ms"] + residual)
     report = open(d / "work" / "report" / "report.md").read()
     assert "side by side" in report and "Where the model's time goes" in report
 
