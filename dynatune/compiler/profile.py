@@ -484,15 +484,19 @@ def _dispatch_lines(prof: dict) -> list[str]:
     dispatch = prof.get("dispatch_ms")
     if dispatch is None:
         return []
-    model = prof["model_ms"]
-    rest = prof["between_calls_ms"] + prof["calls_without_task_ms"] - dispatch
+    # against a single run's median where the profile has it (like for like), else the blocks' mean
+    run = prof.get("model_run_ms")
+    model, between = (
+        (run, prof["between_calls_run_ms"]) if run else (prof["model_ms"], prof["between_calls_ms"])
+    )
+    rest = between + prof["calls_without_task_ms"] - dispatch
     return [
         "",
         f"The model with every kernel emptied, the same calls (`dispatch_ms`: the VM's instructions, each "
-        f"call's argument checks, the builtins): {dispatch:.3f} ms a run = {_pct(dispatch, model)} of the "
+        f"call's argument checks, the builtins): {dispatch:.4f} ms a run = {_pct(dispatch, model)} of the "
         f"model. The rest of the time between calls and in calls no task stands for, {rest:+.3f} ms "
-        f"({_pct(rest, model)}), is the kernels running slower back to back than one by one from the "
-        "instrument, and a shared machine's noise.",
+        f"({_pct(rest, model)}{' of a single run' if run else ''}), is the kernels running slower back to "
+        "back than one by one from the instrument, and a shared machine's noise.",
     ]
 
 
