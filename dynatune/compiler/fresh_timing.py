@@ -30,9 +30,11 @@ one process in two or three, back to back (the README job's model: ONNX Runtime 
 processes of six, 3.49-3.63 in the others; a side-by-side process 0.759 with ONNX Runtime at 5.3 ms, the
 others 0.918-0.927). Pooling the processes' fastest blocks hides a slow one among quiet ones, not a timing
 whose every process was slow. :func:`onnxruntime_reference_ms` times ONNX Runtime alone in a few fresh
-processes (a run does so before tuning); given that ``reference_ms``, while the pooled ONNX Runtime's fastest
-block is over ``quiet.slow_onnxruntime`` times it, another process is timed (``quiet.attempts - 1`` at most),
-and the timing is kept with ``onnxruntime_slow`` set when they all were slow (no parity from it either).
+processes (a run does so before tuning, and again before its final timing, and keeps the lesser: one taken in
+a slow spell reads high and checks nothing); given that ``reference_ms``, while the pooled ONNX Runtime's
+fastest block is over ``quiet.slow_onnxruntime`` times it, another process is timed (``quiet.attempts - 1``
+at most), and the timing is kept with ``onnxruntime_slow`` set when they all were slow (no parity from it
+either).
 """
 
 from __future__ import annotations
