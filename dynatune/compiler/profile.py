@@ -241,16 +241,18 @@ def profile_model(
             during=during,
         )
 
-    kept, attempt = None, 0
-    while attempt < max(1, quiet.attempts) and (
-        kept is None or quiet.profile_slow(float(np.median(kept["model_ms"])), fastest_model_ms)
-    ):
-        if attempt:
+    def model_of(taken: dict) -> float:
+        return float(np.median(taken["model_ms"]))
+
+    kept = None
+    for attempt in range(1, max(1, quiet.attempts) + 1):
+        if kept is not None:
             time.sleep(quiet.wait_s)  # a slow spell: give it time to pass
-        attempt += 1
         taken = take()
-        if kept is None or np.median(taken["model_ms"]) < np.median(kept["model_ms"]):
+        if kept is None or model_of(taken) < model_of(kept):
             kept = taken
+        if not quiet.profile_slow(model_of(kept), fastest_model_ms):
+            break
     during = kept.pop("during")
     # ONNX Runtime's ops: from every attempt's blocks (its profiler is read once)
     prof = summarize(
