@@ -5,7 +5,8 @@ Extraction (fusing the whole model and collecting its TIR functions) takes secon
 the tasks back from ``<work_dir>/cache/`` instead. The lowering (weight prepacking, conv layout) is part
 of the key: it changes the tasks' keys. Version 3 is the first with the conv layout; version 4 carries it
 through Clip, HardSwish, LeakyRelu, Pad, Sum and unsqueezed scales, and fuses the activation after a batch
-norm (dynatune.model.layout); version 5 counts a task's FLOPs as its reductions' (dynatune.model.flops).
+norm (dynatune.model.layout); version 5 counts a task's FLOPs as its reductions' (dynatune.model.flops); version 6 a Winograd
+convolution's batched GEMM only, not its transforms.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 from dynatune.files import atomic_write_json
 from dynatune.model.extract import Lowering, Task, extract_tasks
 
-VERSION = 5
+VERSION = 6
 
 
 def cache_key(model, target, lowering: Lowering = Lowering()) -> str:

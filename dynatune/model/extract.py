@@ -59,7 +59,7 @@ class Lowering:
     # concatenation's own task is not extracted
     place_concat: bool = True
     # CPU targets, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (dynatune.model.winograd)
-    winograd: bool = False
+    winograd: bool = True
     # ... except the convolutions of these signatures (dynatune.model.winograd.signature): the compile's
     # per-task choice (dynatune.compiler.winograd_choice) keeps them direct where that is faster
     winograd_direct: tuple[str, ...] = ()
