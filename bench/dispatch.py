@@ -4,9 +4,10 @@ kernel emptied (:mod:`dynatune.compiler.dispatch`), timed in one process, interl
     python -m bench.dispatch W1 [W2 ...] [--rounds 20] [--block-ms 200] [--label L]
 
 Each ``W`` is a run's work dir: its ``model.so`` is timed as it is, and the empty twin is built from the
-records its compile reads (each task's best, where it beats the default schedule) with its config's
-lowering (the calls of both are counted by the profile's instrument and must be the same). Blocks of runs
-as the profile times the model (``invoke_stateful`` on its entry), their order reversed every other round.
+records its compile reads (each task's best, where it beats the default schedule) with the lowering it
+was compiled with (its config's, with the convolutions its Winograd choice kept direct lowered direct: the
+calls of both are counted by the profile's instrument and must be the same). Blocks of runs as the
+profile times the model (``invoke_stateful`` on its entry), their order reversed every other round.
 Reported per model: the artifact's and the empty twin's median ms, and the twin's share of the artifact
 per round, median [min, max]: what the VM's instructions, the calls' argument checks and the builtins cost
 a run, against issue #55's 3 % for calls no task stands for and time between calls. Appended to
@@ -27,6 +28,7 @@ def measure(work: str, rounds: int, block_ms: float) -> dict:
     from dynatune.compiler.dispatch import empty_kernels_executable
     from dynatune.compiler.profile import make_vm, profile_calls
     from dynatune.compiler.timing import interleave, vm_block_timer
+    from dynatune.compiler.winograd_choice import chosen_lowering
     from dynatune.files import WorkDir
     from dynatune.run.config import validate_dict
     from dynatune.run.pipeline import TuningRun
@@ -39,7 +41,9 @@ def measure(work: str, rounds: int, block_ms: float) -> dict:
     with TuningRun(cfg) as r:  # the records the run's compile reads: a task's best where it beats its default
         model = r.model
         database = r.session.compile_database()
-        empty = empty_kernels_executable(model, r.target, database, cfg.compile.lowering())
+        # as the run compiled it: the convolutions its Winograd choice kept direct lowered direct
+        lowering = chosen_lowering(cfg.compile.lowering(), wd.report_dir)
+        empty = empty_kernels_executable(model, r.target, database, lowering)
     vms = {"model": make_vm(wd.model_so, dev), "empty": make_vm(empty, dev)}
     inputs = model.random_inputs(0)
     calls = {}

@@ -6,7 +6,9 @@ units SqueezeNet's 32->128 convolution at 27x27 ran 0.85x the direct kernel's ti
 but its 16->64 one at 55x55 1.22x (BENCHMARKS.md, session 27). So before the final compile
 (:func:`choose_winograd`), each Winograd task's best kernel is timed beside the direct convolution that
 computes the same thing with the same epilogue (its analytic first candidates,
-:mod:`dynatune.search.analytic`), on the session's builder and runner, as tuning times candidates. The
+:mod:`dynatune.search.analytic`), on the session's builder and runner, cold where the compile's cold
+choice is on (single runs, the caches flushed before each, as the model runs them: a Winograd kernel's
+transformed weights are 4x the direct one's, and SqueezeNet's 13x13 one ran 1.2x its warm time cold). The
 compiled model keeps Winograd only for the convolutions where it won; the others are lowered direct
 (:attr:`Lowering.winograd_direct`), each with its fastest analytic kernel, whose measurement joins the
 compile's database.
@@ -23,16 +25,20 @@ import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
+
 from dynatune.files import atomic_write_json
 from dynatune.model.extract import Lowering, extract_tasks, fuse
 from dynatune.model.winograd import task_signature
+from dynatune.search.measure import ColdProtocol
 
 REPORT = "winograd.json"  # in the run's report dir
 # Winograd is kept where its kernel takes at most this share of the direct twin's time, both alone. The
 # twin is timed with its analytic first candidates, which a run with Winograd never tunes further: tuned for
 # 900 s, the direct squeezenet1_1 3x3 kernels ran 0.85-0.98x their analytic ones; and in the model a
 # Winograd kernel's transformed weights (4x the direct ones) come from memory: 1.04-1.24x its time alone
-# (BENCHMARKS.md, sessions 17 and 27). A near tie goes to the direct convolution, whose numerics are exact.
+# (BENCHMARKS.md, sessions 17 and 27; timed cold, the duel sees that part). A near tie goes to the direct
+# convolution, whose numerics are exact.
 MARGIN = 0.85
 
 
@@ -61,6 +67,7 @@ class WinogradChoice:
     duels: list[Duel] = field(default_factory=list)
     tasks: list = field(default_factory=list, repr=False)  # the compiled model's tasks (its lowering's)
     best_s: dict = field(default_factory=dict, repr=False)  # task key -> best seconds, for those tasks
+    timed_cold: bool = False  # the duels' kernels timed cold, as the model runs them
 
     def estimated_latency(self) -> float:
         """Σ weight x best seconds over the compiled model's tasks."""
@@ -74,11 +81,13 @@ class WinogradChoice:
             f"({_ratio(d.winograd_s, d.direct_s)} the direct kernel's time)"
             for d in self.duels
         ]
-        return f"Winograd kept for {len(kept)} of {len(self.duels)} convolutions: " + "; ".join(parts)
+        how = " (timed cold)" if self.timed_cold else ""
+        return f"Winograd kept for {len(kept)} of {len(self.duels)} convolutions{how}: " + "; ".join(parts)
 
     def as_dict(self) -> dict:
         return {
             "winograd_direct": list(self.lowering.winograd_direct),
+            "timed_cold": self.timed_cold,
             "duels": [
                 {k: _finite(v) for k, v in asdict(d).items()} | {"winograd_wins": d.winograd_wins}
                 for d in self.duels
@@ -91,12 +100,15 @@ class WinogradChoice:
         return path
 
 
-def choose_winograd(model, session, lowering: Lowering, database, keep=None) -> WinogradChoice:
+def choose_winograd(
+    model, session, lowering: Lowering, database, keep=None, cold: ColdProtocol | None = None
+) -> WinogradChoice:
     """Which of ``session``'s Winograd tasks the compiled model keeps, and the lowering and database to
     compile it with (``database``: the session's compile database, added to). ``keep(duels)`` decides for
     one convolution signature from its duels (one per task computing it); by default Winograd stays where
     its kernels take at most :data:`MARGIN` x the direct ones' time, weighted by their calls. A task whose
-    twin is not found keeps Winograd."""
+    twin is not found keeps Winograd. ``cold``: both kernels timed cold, as the model runs them (the median
+    of single runs, the caches flushed before each: :mod:`.cold_choice`), not looped warm."""
     keep = keep or _winograd_takes_less_time
     target = session.target
     winograd = {t.name: t for t in session.tasks if task_signature(t.mod["main"]) is not None}
@@ -114,7 +126,7 @@ def choose_winograd(model, session, lowering: Lowering, database, keep=None) -> 
     }
     duels, kernels = [], {}
     for name, twin in twins.items():
-        duel, kernels[twin] = _duel(session, winograd[name], direct[twin], signatures[name])
+        duel, kernels[twin] = _duel(session, winograd[name], direct[twin], signatures[name], cold)
         duels.append(duel)
     by_signature: dict[str, list[Duel]] = {}
     for d in duels:
@@ -136,7 +148,18 @@ def choose_winograd(model, session, lowering: Lowering, database, keep=None) -> 
         if d.signature in chosen and kernel is not None:
             _commit(database, twin, kernel, target)
             best[twin.key] = d.direct_s
-    return WinogradChoice(final, database, duels, tasks, best)
+    return WinogradChoice(final, database, duels, tasks, best, timed_cold=cold is not None)
+
+
+def chosen_lowering(lowering: Lowering, report_dir: str) -> Lowering:
+    """``lowering`` with the convolutions a finished run's choice kept direct (its report's
+    ``winograd.json``), as its model was compiled; ``lowering`` itself where the run made no choice."""
+    from dynatune.search.state_files import read_json_file
+
+    path = os.path.join(report_dir, REPORT)
+    if not (lowering.winograd and os.path.exists(path)):
+        return lowering
+    return replace(lowering, winograd_direct=tuple(read_json_file(path, dict)["winograd_direct"]))
 
 
 def _winograd_takes_less_time(duels: list[Duel]) -> bool:
@@ -181,9 +204,10 @@ def _called_functions(mod) -> list[tuple[str, str]]:
     return calls
 
 
-def _duel(session, winograd, direct, signature: str) -> tuple[Duel, object]:
+def _duel(session, winograd, direct, signature: str, cold=None) -> tuple[Duel, object]:
     """The Winograd task's best record and the direct task's analytic candidates, built and timed in one
-    batch; the duel, and the fastest direct candidate with its result (``None``: none ran)."""
+    batch (``cold``: cold); the duel, and the fastest direct candidate with its result (``None``: none
+    ran)."""
     from dynatune.search.analytic import task_analytic_candidates
     from dynatune.search.database import mean_secs
     from dynatune.search.reapply import measure_candidate
@@ -199,8 +223,9 @@ def _duel(session, winograd, direct, signature: str) -> tuple[Duel, object]:
     )
     cands += analytic
     tasks += [direct] * len(analytic)
-    results = session.time_candidates(cands, tasks) if cands else []
-    secs = [mean_secs(r.run_secs) if r.error_msg is None and r.run_secs else math.inf for r in results]
+    results = session.time_candidates(cands, tasks, cold=cold) if cands else []
+    typical = mean_secs if cold is None else lambda s: float(np.median(s))
+    secs = [typical(r.run_secs) if r.error_msg is None and r.run_secs else math.inf for r in results]
     winograd_s = secs[0] if ours else math.inf
     direct_secs = secs[ours:]
     k = min(range(len(direct_secs)), key=direct_secs.__getitem__, default=None)

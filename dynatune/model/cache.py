@@ -5,8 +5,9 @@ Extraction (fusing the whole model and collecting its TIR functions) takes secon
 the tasks back from ``<work_dir>/cache/`` instead. The lowering (weight prepacking, conv layout) is part
 of the key: it changes the tasks' keys. Version 3 is the first with the conv layout; version 4 carries it
 through Clip, HardSwish, LeakyRelu, Pad, Sum and unsqueezed scales, and fuses the activation after a batch
-norm (dynatune.model.layout); version 5 counts a task's FLOPs as its reductions' (dynatune.model.flops); version 6 a Winograd
-convolution's batched GEMM only, not its transforms.
+norm (dynatune.model.layout); version 5 counts a task's FLOPs as its reductions' (dynatune.model.flops);
+version 6 a Winograd convolution's batched GEMM only, not its transforms, and takes 16 output tiles (a
+13x13 map) as Winograd (dynatune.model.winograd).
 """
 
 from __future__ import annotations

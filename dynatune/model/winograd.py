@@ -32,10 +32,12 @@ from __future__ import annotations
 TILE = 4  # F(4x4, 3x3): the output tile
 KERNEL = 3
 MIN_CHANNELS = 16  # fewer input or output channels: the transforms cost more than the GEMM saves
-# fewer output tiles: the transformed weights (4x the direct ones) dominate. On SqueezeNet's 13x13 maps (16
-# tiles) the Winograd kernels ran 1.33-1.36x slower in the model than alone (weights cold), and no faster
-# than the direct ones; on its 27x27 and 55x55 maps (49, 196 tiles) 0.72-0.86x the direct ones (session 17)
-MIN_TILES = 32
+# fewer output tiles: the transformed weights (4x the direct ones) dominate. SqueezeNet's 13x13 maps (16
+# tiles) are in: their Winograd kernels ran 1.33-1.36x slower in the model than alone and no faster than the
+# direct ones in session 17, but on a Zen 4 in session 55 its 64->256 one ran 0.57x the direct kernel alone
+# and 1.02x its cold time in the model, and the model 0.937 [0.84, 1.16] of the one without it. Where one
+# loses, the compile's choice, timed cold, keeps it direct (dynatune.compiler.winograd_choice)
+MIN_TILES = 16
 RULES = ("conv2d_nhwc_winograd_data_pack", "conv2d_nhwc_winograd_inverse")  # MetaSchedule's CPU rules
 OUT_ELEMWISE_FUSABLE = 4  # relax's OpPatternKind kOutEWiseFusable
 

@@ -67,7 +67,8 @@ class CompileSection(Section):
     # producers of a concatenation write into their slice of it: no copy kernel (model.placement)
     place_concat: bool = Lowering.place_concat
     # CPU, NHWC: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (model.winograd), each kept in the compiled
-    # model only where its tuned kernel beats the direct one (compiler.winograd_choice); changes their keys
+    # model only where its tuned kernel beats the direct one (compiler.winograd_choice); changes their keys.
+    # On by default: the only way past the FMA peak's bound on a model of 3x3 convolutions (SqueezeNet)
     winograd: bool = Lowering.winograd
     # CPU, NHWC: output channels padded to register blocks before a global pooling, or sliced back inside the
     # convolution's kernel (model.channel_padding)

@@ -28,6 +28,7 @@ from dynatune.run.callbacks import CallbackList, RunStart, TaskRetired
 from dynatune.run.lock import WorkDirLock
 from dynatune.run.summary import RunSummary
 from dynatune.search.intrinsics import import_tensor_intrinsics
+from dynatune.search.measure import ColdProtocol
 
 MAX_FAILED_ROUNDS = 3  # rounds in a row that may fail (after their retries) before the run gives up
 PROFILE_HEADLINE = (
@@ -289,7 +290,8 @@ class TuningRun:
         from dynatune.compiler.winograd_choice import choose_winograd
 
         self.on_stage("winograd choice")
-        choice = choose_winograd(self.model, self.session, lowering, database)
+        cold = ColdProtocol() if self.cfg.compile.cold_choice and cold_choice.applies(self.target) else None
+        choice = choose_winograd(self.model, self.session, lowering, database, cold=cold)
         choice.write(WorkDir(self.cfg.work_dir).report_dir)
         if choice.duels:
             self.on_stage("winograd choice", choice.summary())

@@ -13,11 +13,12 @@ from helpers import few_trials_session, make_winograd_cnn
 
 from dynatune.compiler.compile import build, verify
 from dynatune.compiler.execution import relax_vm
-from dynatune.compiler.winograd_choice import choose_winograd, paired_calls
+from dynatune.compiler.winograd_choice import REPORT, choose_winograd, chosen_lowering, paired_calls
 from dynatune.model.extract import Lowering, extract_tasks, fuse
 from dynatune.model.winograd import task_signature
 
 ON = Lowering(winograd=True)
+OFF = Lowering(winograd=False)
 A, C = "48x48x16->48x48x32", "24x24x32->24x24x16"  # the model's two eligible convolutions
 
 
@@ -29,7 +30,14 @@ def test_each_winograd_task_names_its_convolution_and_no_other_task_does(winogra
     tasks = extract_tasks(winograd_cnn, cpu_target, ON)
     assert set(_winograd_tasks(tasks)) == {A, C}
     assert all("winograd" in t.name for t in _winograd_tasks(tasks).values())
-    assert not _winograd_tasks(extract_tasks(winograd_cnn, cpu_target))
+    assert not _winograd_tasks(extract_tasks(winograd_cnn, cpu_target, OFF))
+
+
+def test_a_finished_runs_lowering_is_read_back_with_the_convolutions_its_choice_kept_direct(tmp_path):
+    assert chosen_lowering(ON, str(tmp_path)) == ON  # no choice was made
+    (tmp_path / REPORT).write_text(json.dumps({"winograd_direct": [A], "duels": []}))
+    assert chosen_lowering(ON, str(tmp_path)) == Lowering(winograd=True, winograd_direct=(A,))
+    assert chosen_lowering(OFF, str(tmp_path)) == OFF
 
 
 def test_a_convolution_kept_direct_is_its_direct_task_and_the_model_still_matches(winograd_cnn, cpu_target):
@@ -125,8 +133,9 @@ def _scheduled_functions(winograd_cnn, target, choice) -> set[str]:
 
 @pytest.mark.slow
 def test_a_run_with_winograd_reports_its_choice_and_compiles_what_it_chose(tmp_path):
-    """The whole pipeline with ``compile.winograd``: the choice is written to the report, the compiled model
-    is lowered as it says and matches ONNX Runtime, and the profile names the compiled model's kernels."""
+    """The whole pipeline with ``compile.winograd`` (the default): the choice, timed cold, is written to the
+    report, the compiled model is lowered as it says and matches ONNX Runtime, and the profile names the
+    compiled model's kernels."""
     from dynatune.files import WorkDir
     from dynatune.run.config import load_config
     from dynatune.run.pipeline import run
@@ -134,13 +143,13 @@ def test_a_run_with_winograd_reports_its_choice_and_compiles_what_it_chose(tmp_p
     path = make_winograd_cnn(tmp_path, np.random.default_rng(1))
     overrides = ["slot_s=2", "warmup_trials=4", "search.trials_per_iter=4", "search.population_size=16"]
     overrides += ["measure.repeat=2", "measure.min_repeat_ms=2", "measure_every_s=0", "anchors=false"]
-    overrides += ["compile.winograd=true", "compile.measure_untuned=false", "library.enabled=false"]
+    overrides += ["compile.measure_untuned=false", "library.enabled=false"]
     overrides += ["compile.measure_onnxruntime=false"]  # the side-by-side timing is test_vs_onnxruntime's
     cfg = load_config(None, overrides, model=path, budget=6, work_dir=str(tmp_path / "work"))
     summary = run(cfg)
     wd = WorkDir(cfg.work_dir)
     report = json.load(open(os.path.join(wd.report_dir, "winograd.json")))
-    assert {d["signature"] for d in report["duels"]} == {A, C}
+    assert {d["signature"] for d in report["duels"]} == {A, C} and report["timed_cold"]
     lost = sorted(d["signature"] for d in report["duels"] if not d["winograd_wins"])
     assert report["winograd_direct"] == lost
     assert summary.numerics_ok, summary

@@ -12,10 +12,11 @@ from dynatune.model.extract import Lowering, extract_tasks
 from dynatune.model.winograd import RULES
 
 ON = Lowering(winograd=True)
+OFF = Lowering(winograd=False)
 
 
 def test_eligible_convolutions_become_winograd_tasks_with_their_epilogue(winograd_cnn, cpu_target):
-    direct = extract_tasks(winograd_cnn, cpu_target)
+    direct = extract_tasks(winograd_cnn, cpu_target, OFF)
     tasks = extract_tasks(winograd_cnn, cpu_target, ON)
     winograd = sorted(t.name for t in tasks if "winograd" in t.name)
     assert len(winograd) == 2 and all(re.search(r"winograd.*add.*relu", n) for n in winograd), winograd
@@ -40,10 +41,11 @@ def test_winograd_model_matches_onnxruntime_with_its_weights_transformed_at_comp
 def test_winograd_is_part_of_the_lowering_on_nhwc_cpu_targets_only(cpu_target):
     import tvm
 
-    assert ON.winograds(cpu_target) and not Lowering().winograds(cpu_target)
+    assert ON.winograds(cpu_target) and not OFF.winograds(cpu_target)
+    assert Lowering().winograds(cpu_target)  # on by default: the compile keeps it only where it won
     assert not Lowering(winograd=True, conv_layout="NCHW").winograds(cpu_target)
     assert not ON.winograds(tvm.target.Target("cuda"))
-    assert ON.describe(cpu_target) != Lowering().describe(cpu_target)
+    assert ON.describe(cpu_target) != OFF.describe(cpu_target)
 
 
 @pytest.mark.slow
