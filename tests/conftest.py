@@ -179,7 +179,10 @@ search: {{trials_per_iter: 4, population_size: 32}}
 measure: {{repeat: 3, min_repeat_ms: 5}}
 # the final timing at once (waiting for a quiet machine is tests/machine/test_load.py's part); the untuned
 # model's timing and the profile are tests/compiler/test_vs_onnxruntime.py's
-compile: {{timing_attempts: 1, timing_processes: 1, measure_untuned: false, profile: false}}
+compile: {{timing_attempts: 1, timing_processes: 1, measure_untuned: false, profile: false,
+  # its 16->16 convolution at 16x16 would be a Winograd task (5 s to build a batch: one round in 6 s);
+  # a run with Winograd is tests/compiler/test_winograd_choice.py's
+  winograd: false}}
 tracking: {{run_name: e2e, tags: {{purpose: test}}}}
 """
 

@@ -156,3 +156,7 @@ def test_a_run_with_winograd_reports_its_choice_and_compiles_what_it_chose(tmp_p
     profile = json.load(open(os.path.join(wd.report_dir, "profile.json")))
     convolutions = [k for k in profile["kernels"] if "conv2d" in k["name"]]
     assert convolutions and all(k["task"] is not None for k in convolutions), convolutions
+    from bench.dispatch import measure
+
+    # the model with its kernels emptied, lowered as the choice says, makes the artifact's calls (or exits)
+    assert measure(cfg.work_dir, rounds=2, block_ms=10)["calls_a_run"] >= len(convolutions)
