@@ -94,16 +94,27 @@ def stem(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
-def load_tasks(path: str, target=None):
+def load_tasks(path: str, target=None, work_dir: str | None = None):
     """``(model, target, tasks)``: the ONNX model at ``path`` imported and split into tasks for ``target``
-    (this machine's CPU when None), as a run with the default lowering extracts them."""
+    (this machine's CPU when None), as a run with the default lowering extracts them, or as the run of
+    ``work_dir`` did (its config's lowering: its records are of those tasks)."""
     from dynatune.machine.target import make_target
-    from dynatune.model.extract import extract_tasks
+    from dynatune.model.extract import Lowering, extract_tasks
     from dynatune.model.importer import load_model
 
     target = target or make_target()
     model = load_model(path)
-    return model, target, extract_tasks(model, target)
+    return model, target, extract_tasks(model, target, run_lowering(work_dir) if work_dir else Lowering())
+
+
+def run_lowering(work_dir: str):
+    """The lowering a run's tasks were extracted with: its work dir's config's."""
+    from dynatune.files import WorkDir
+    from dynatune.run.config import validate_dict
+    from dynatune.search.state_files import read_json_file
+
+    path = WorkDir(work_dir).config
+    return validate_dict(read_json_file(path, dict), path).compile.lowering()
 
 
 def heaviest(tasks, n: int | None = None) -> list:

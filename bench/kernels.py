@@ -123,7 +123,7 @@ def main(argv=None) -> dict:
     db = TuningDatabase(WorkDir(args.work_dir).db, read_only=True) if args.work_dir else None
     rows = []
     for path in args.model:
-        model, target, tasks = load_tasks(path, target)
+        model, target, tasks = load_tasks(path, target, args.work_dir)
         picked = []
         for task in heaviest(tasks):
             if len(picked) >= args.tasks:

@@ -45,7 +45,7 @@ def candidate_groups(model_path: str, tasks_n: int, trials: int, work_dir: str |
     from dynatune.search.database import TuningDatabase
     from dynatune.search.session import TuningSession
 
-    model, target, tasks = load_tasks(model_path)
+    model, target, tasks = load_tasks(model_path, work_dir=work_dir)
     picked = heaviest(tasks, tasks_n)
     sess = TuningSession(tasks, target, tempfile.mkdtemp(), measure=measure_config("fixed"))
     groups = []
