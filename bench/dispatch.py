@@ -30,13 +30,11 @@ def measure(work: str, rounds: int, block_ms: float) -> dict:
     from dynatune.compiler.timing import interleave, vm_block_timer
     from dynatune.compiler.winograd_choice import chosen_lowering
     from dynatune.files import WorkDir
-    from dynatune.run.config import validate_dict
+    from dynatune.run.config import saved_config
     from dynatune.run.pipeline import TuningRun
-    from dynatune.search.state_files import read_json_file
 
     wd = WorkDir(work)
-    cfg = validate_dict(read_json_file(wd.config, dict), wd.config)
-    cfg.work_dir = os.path.abspath(work)
+    cfg = saved_config(work)
     dev = tvm.cpu()
     with TuningRun(cfg) as r:  # the records the run's compile reads: a task's best where it beats its default
         model = r.model

@@ -109,12 +109,9 @@ def load_tasks(path: str, target=None, work_dir: str | None = None):
 
 def run_lowering(work_dir: str):
     """The lowering a run's tasks were extracted with: its work dir's config's."""
-    from dynatune.files import WorkDir
-    from dynatune.run.config import validate_dict
-    from dynatune.search.state_files import read_json_file
+    from dynatune.run.config import saved_config
 
-    path = WorkDir(work_dir).config
-    return validate_dict(read_json_file(path, dict), path).compile.lowering()
+    return saved_config(work_dir).compile.lowering()
 
 
 def heaviest(tasks, n: int | None = None) -> list:

@@ -176,7 +176,7 @@ def cmd_config(args) -> int:
 # -- compile ------------------------------------------------------------------------------------------
 def cmd_compile(args) -> int:
     from dynatune.files import WorkDir
-    from dynatune.run.config import validate_dict
+    from dynatune.run.config import saved_config
     from dynatune.run.pipeline import TuningRun
 
     cfg_path = WorkDir(args.work_dir).config
@@ -185,10 +185,7 @@ def cmd_compile(args) -> int:
             f"{args.work_dir} is not a dynatune work directory (no config.json)",
             "give the work_dir of an earlier `dynatune tune`",
         )
-    from dynatune.search.state_files import read_json_file
-
-    cfg = validate_dict(read_json_file(cfg_path, dict), cfg_path)  # a damaged file: one line, exit 2
-    cfg.work_dir = os.path.abspath(args.work_dir)
+    cfg = saved_config(args.work_dir)  # a damaged file: one line, exit 2
     with TuningRun(cfg) as r:
         rep = r.compile(args.output)
         out = rep.as_dict() | {

@@ -17,8 +17,6 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
-
 from dynatune.files import atomic_write_json
 from dynatune.search.measure import ColdProtocol
 
@@ -113,9 +111,7 @@ def choose_cold(session, database, protocol: ColdProtocol = ColdProtocol()) -> C
         cands += [measure_candidate(sch) if sch is not None else None for sch in schedules]
         owners += [t] * len(schedules)
     results = session.time_candidates(cands, owners, cold=protocol) if cands else []
-    times = iter(
-        float(np.median(r.run_secs)) if r.error_msg is None and r.run_secs else math.inf for r in results
-    )
+    times = iter(protocol.seconds(r) for r in results)
     chosen = []
     for t, records in groups.values():
         cold = [next(times) for _ in records]

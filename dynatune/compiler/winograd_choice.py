@@ -25,8 +25,6 @@ import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 
-import numpy as np
-
 from dynatune.files import atomic_write_json
 from dynatune.model.extract import Lowering, extract_tasks, fuse
 from dynatune.model.winograd import task_signature
@@ -224,8 +222,10 @@ def _duel(session, winograd, direct, signature: str, cold=None) -> tuple[Duel, o
     cands += analytic
     tasks += [direct] * len(analytic)
     results = session.time_candidates(cands, tasks, cold=cold) if cands else []
-    typical = mean_secs if cold is None else lambda s: float(np.median(s))
-    secs = [typical(r.run_secs) if r.error_msg is None and r.run_secs else math.inf for r in results]
+    secs = [
+        cold.seconds(r) if cold else mean_secs(r.run_secs) if r.error_msg is None and r.run_secs else math.inf
+        for r in results
+    ]
     winograd_s = secs[0] if ours else math.inf
     direct_secs = secs[ours:]
     k = min(range(len(direct_secs)), key=direct_secs.__getitem__, default=None)

@@ -120,6 +120,17 @@ def load_config(path: str | None, overrides=(), **cli) -> Config:
     return _validate(raw, source, problems)
 
 
+def saved_config(work_dir: str) -> Config:
+    """The config a run saved in its work dir (``config.json``), validated, its ``work_dir`` this path (the
+    work dir may have been copied or moved); a damaged file is one line and exit 2."""
+    from dynatune.search.state_files import read_json_file
+
+    path = WorkDir(work_dir).config
+    cfg = validate_dict(read_json_file(path, dict), path)
+    cfg.work_dir = os.path.abspath(work_dir)
+    return cfg
+
+
 def validate_dict(raw, source: str = "(dict)") -> Config:
     """Validate a raw config mapping (e.g. parsed YAML, or ``Config.to_dict()``) into a :class:`Config`."""
     source = one_line(str(source))

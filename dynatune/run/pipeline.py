@@ -252,10 +252,12 @@ class TuningRun:
         """Compile with the best schedules, verify against ONNX Runtime (the worker pools are stopped first:
         idle pools must not share the cores with the final timing)."""
         database, lowering = self.session.compile_database(), self.cfg.compile.lowering()
-        if self.cfg.compile.cold_choice and cold_choice.applies(self.target):
-            database = self._choose_cold(database)
+        # kernels timed cold, as the model runs them: each task's among its best few, and Winograd's duels
+        cold = ColdProtocol() if self.cfg.compile.cold_choice and cold_choice.applies(self.target) else None
+        if cold is not None:
+            database = self._choose_cold(database, cold)
         if lowering.winograds(self.target):
-            database, lowering = self._choose_winograd(database, lowering)
+            database, lowering = self._choose_winograd(database, lowering, cold)
         self.session.close_workers()
         # what the profile's model with empty kernels is built from
         self._compiled_with = (database, lowering)
@@ -275,22 +277,22 @@ class TuningRun:
             onnxruntime_reference_ms=self.onnxruntime_reference_ms,
         )
 
-    def _choose_cold(self, database):
+    def _choose_cold(self, database, protocol: ColdProtocol):
         """Each task's kernel chosen among its best few as the model runs them (:mod:`.cold_choice`)."""
         self.on_stage("cold choice")
-        choice = cold_choice.choose_cold(self.session, database)
+        choice = cold_choice.choose_cold(self.session, database, protocol)
         choice.write(WorkDir(self.cfg.work_dir).report_dir)
         self.on_stage("cold choice", choice.summary())
         estimate = self.session.estimated_latency()
         self._compiled_tasks = CompiledTasks(self.target, self.session.tasks, choice.database, estimate)
         return choice.database
 
-    def _choose_winograd(self, database, lowering):
-        """Winograd kept only where its tuned kernel beats the direct one (:mod:`.winograd_choice`)."""
+    def _choose_winograd(self, database, lowering, cold: ColdProtocol | None):
+        """Winograd kept only where its tuned kernel beats the direct one (:mod:`.winograd_choice`), its
+        duels timed ``cold`` where the compile times kernels cold."""
         from dynatune.compiler.winograd_choice import choose_winograd
 
         self.on_stage("winograd choice")
-        cold = ColdProtocol() if self.cfg.compile.cold_choice and cold_choice.applies(self.target) else None
         choice = choose_winograd(self.model, self.session, lowering, database, cold=cold)
         choice.write(WorkDir(self.cfg.work_dir).report_dir)
         if choice.duels:

@@ -260,6 +260,12 @@ class ColdProtocol:
     repeats: int = COLD_REPEATS
     passes: int = 3
 
+    @staticmethod
+    def seconds(result) -> float:
+        """A candidate's time cold, from its RunnerResult: the median of its single runs (``inf``: it
+        failed)."""
+        return float(np.median(result.run_secs)) if result.error_msg is None and result.run_secs else math.inf
+
 
 def merged_results(results: list):
     """One RunnerResult of a candidate's results from several passes: every pass's timings, or the first
